@@ -1,0 +1,67 @@
+"""aiosubinterp: parallel Python on every core, awaited from asyncio.
+
+Runs functions in CPython subinterpreters that each have their own GIL, on
+their own OS threads, and lets asyncio (or uvloop) code await them.
+
+This package is imported inside every worker interpreter too, so it loads
+its asyncio-facing parts lazily: a worker never imports asyncio through us.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokenPoolError",
+    "ExecutionFailed",
+    "Interpreter",
+    "InterpreterError",
+    "InterpreterPool",
+    "ModuleRefusedError",
+    "NotShareableError",
+    "PoolClosedError",
+    "Task",
+    "run",
+]
+
+_LAZY = {
+    "BrokenPoolError": "_errors",
+    "ExecutionFailed": "_errors",
+    "InterpreterError": "_errors",
+    "ModuleRefusedError": "_errors",
+    "NotShareableError": "_errors",
+    "PoolClosedError": "_errors",
+    "Interpreter": "_pool",
+    "InterpreterPool": "_pool",
+    "run": "_pool",
+    "Task": "_task",
+}
+
+if TYPE_CHECKING:
+    from aiosubinterp._errors import BrokenPoolError as BrokenPoolError
+    from aiosubinterp._errors import ExecutionFailed as ExecutionFailed
+    from aiosubinterp._errors import InterpreterError as InterpreterError
+    from aiosubinterp._errors import ModuleRefusedError as ModuleRefusedError
+    from aiosubinterp._errors import NotShareableError as NotShareableError
+    from aiosubinterp._errors import PoolClosedError as PoolClosedError
+    from aiosubinterp._pool import Interpreter as Interpreter
+    from aiosubinterp._pool import InterpreterPool as InterpreterPool
+    from aiosubinterp._pool import run as run
+    from aiosubinterp._task import Task as Task
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aiosubinterp' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"aiosubinterp.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

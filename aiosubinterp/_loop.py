@@ -1,0 +1,108 @@
+"""Event-loop integration: one completion hub per running loop.
+
+A hub is an ext-level wakeup fd plus a completion list. Its loop watches the
+fd with add_reader and resolves tasks from the completions; no thread is
+parked per task and nothing polls. The hub, and the loop's default pool, are
+closed when the loop shuts down its async generators (asyncio.run and
+asyncio.Runner do) or, failing that, when the loop is garbage-collected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+
+from aiosubinterp import _core
+
+__all__ = ["LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
+
+_hubs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()
+
+
+def wakeup_mechanism() -> str:
+    """'eventfd' or 'pipe': what a new hub uses (AIOSUBINTERP_WAKEUP=pipe forces the pipe)."""
+    forced = os.environ.get("AIOSUBINTERP_WAKEUP", "").strip().lower()
+    if forced not in ("", "eventfd", "pipe"):
+        raise ValueError(
+            f"AIOSUBINTERP_WAKEUP={forced!r} is not a wakeup mechanism: use 'eventfd' or 'pipe'"
+        )
+    if forced == "pipe" or not _core.HAVE_EVENTFD:
+        return "pipe"
+    return "eventfd"
+
+
+def running_loop(what: str) -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs a running event loop: call it from async code (inside "
+            "asyncio.run(...)), or use aiosubinterp.InterpreterPoolExecutor from plain threads"
+        ) from None
+
+
+class LoopHub:
+    """Per-loop state: the completion hub, tasks in flight, the default pool."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.core = _core.Hub(use_pipe=wakeup_mechanism() == "pipe")
+        self.pending: dict[int, object] = {}
+        self.default_pool = None
+        self.closed = False
+        self._loop_ref = weakref.ref(loop)
+        loop.add_reader(self.core.fileno(), self.drain)
+        weakref.finalize(loop, self.core.close)
+        # Started by hand so the loop registers it: it is closed (and our
+        # finally runs) when the loop shuts down its async generators.
+        self._guard = _shutdown_guard(self)
+        try:
+            self._guard.asend(None).send(None)
+        except StopIteration:
+            pass
+
+    def drain(self) -> None:
+        pending = self.pending
+        for tid, status, flags, serial, value in self.core.drain():
+            task = pending.pop(tid, None)
+            if task is None:
+                continue
+            task._deliver(status, value)  # type: ignore[attr-defined]
+            if flags & _core.FLAG_RETIRED:
+                task._owner._on_retired(serial)  # type: ignore[attr-defined]
+
+    async def shutdown(self) -> None:
+        if self.closed:
+            return
+        pool, self.default_pool = self.default_pool, None
+        try:
+            if pool is not None:
+                await pool.aclose()
+        finally:
+            self.closed = True
+            loop = self._loop_ref()
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(self.core.fileno())
+            self.core.close()
+            with _hubs_lock:
+                if loop is not None and _hubs.get(loop) is self:
+                    del _hubs[loop]
+
+
+async def _shutdown_guard(hub: LoopHub):
+    try:
+        yield
+    finally:
+        await hub.shutdown()
+
+
+def hub_for(loop: asyncio.AbstractEventLoop) -> LoopHub:
+    hub = _hubs.get(loop)
+    if hub is None or hub.closed:
+        with _hubs_lock:
+            hub = _hubs.get(loop)
+            if hub is None or hub.closed:
+                hub = _hubs[loop] = LoopHub(loop)
+    return hub

@@ -1,0 +1,138 @@
+"""How values, functions and exceptions cross between interpreters.
+
+Worker-side module: imported inside interpreters, so it must not import
+asyncio. The compiled module encodes builtin immutables natively and calls
+``dumps``/``loads`` here for everything else (pickle protocol 5).
+
+Functions cross by reference (module and qualified name). Functions of the
+user's script (``__main__``) are found in a worker by importing that script
+under the name ``__aiosubinterp_main__``, as multiprocessing's spawn does.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+import types
+
+__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "function_ref", "loads"]
+
+MAIN_ALIAS = "__aiosubinterp_main__"
+
+# Set by the worker runtime: imports the user's script on first use.
+main_importer = None
+
+
+def dumps(obj: object) -> bytes:
+    return pickle.dumps(obj, protocol=5)
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):  # noqa: D401
+        if module == "__main__" and main_importer is not None:
+            return _getattr_path(main_importer(), name)
+        if module == MAIN_ALIAS and main_importer is None:
+            module = "__main__"
+        return super().find_class(module, name)
+
+
+def loads(data: bytes) -> object:
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+def _getattr_path(obj: object, qualname: str) -> object:
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_ROUTINE_TYPES = (types.FunctionType, types.BuiltinFunctionType)
+
+
+def function_ref(fn: object) -> tuple[str, str] | None:
+    """(module, qualname) when fn can be found by name in another interpreter, else None."""
+    from aiosubinterp._errors import NotShareableError
+
+    if not isinstance(fn, _ROUTINE_TYPES):
+        return None
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if "<lambda>" in qualname:
+        raise NotShareableError(
+            f"cannot send the lambda {qualname!r} (from module {module!r}) to an interpreter: "
+            "functions cross by module and name, and a lambda has no name there. "
+            "Define it with `def` at the top level of a module."
+        )
+    if "<locals>" in qualname:
+        raise NotShareableError(
+            f"cannot send {qualname!r} (from module {module!r}) to an interpreter: it is defined "
+            "inside another function (a closure or nested function), and functions cross by "
+            "module and name. Move it to the top level of a module and pass what it "
+            "captured as arguments (functools.partial works)."
+        )
+    if module == MAIN_ALIAS:
+        module = "__main__"
+    mod = sys.modules.get(module)
+    if mod is None:
+        return None
+    try:
+        found = _getattr_path(mod, qualname)
+    except AttributeError:
+        return None
+    if found is not fn:
+        return None
+    if module == "__main__" and main_importer is None:
+        main = sys.modules["__main__"]
+        if getattr(main, "__file__", None) is None and getattr(main, "__spec__", None) is None:
+            raise NotShareableError(
+                f"cannot send {qualname!r}: it is defined in an interactive session, which a "
+                "worker interpreter cannot import. Put it in a module (a .py file) and import it."
+            )
+    return module, qualname
+
+
+def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
+    """The message that asks a worker to call fn(*args, **kwargs)."""
+    if not callable(fn):
+        raise TypeError(f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
+    ref = function_ref(fn)
+    kw = tuple(kwargs.items()) if kwargs else ()
+    if ref is None:
+        return (None, fn, args, kw)
+    return (ref[0], ref[1], args, kw)
+
+
+def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException):
+    """Name the part of a call that cannot be sent, for a NotShareableError."""
+    from aiosubinterp._errors import NotShareableError
+
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    parts: list[tuple[str, object]] = []
+    if function_ref(fn) is None:
+        parts.append((f"the callable {name!r}", fn))
+    parts += [(f"argument {i} of {name}() ({type(a).__name__})", a) for i, a in enumerate(args)]
+    parts += [(f"keyword argument {k!r} of {name}() ({type(v).__name__})", v)
+              for k, v in kwargs.items()]
+    culprit = "a part of the call"
+    reason = error
+    for label, value in parts:
+        try:
+            _probe(value)
+        except Exception as exc:  # noqa: BLE001 - any failure names the culprit
+            culprit, reason = label, exc
+            break
+    return NotShareableError(
+        f"cannot send {culprit} to an interpreter: {type(reason).__name__}: {reason}. "
+        "Values cross by copy: builtin immutables natively, anything else by pickle. Pass "
+        "plain data (or a picklable object) instead, and re-create resources such as "
+        "locks, files and sockets inside the task."
+    )
+
+
+def _probe(value: object) -> None:
+    from aiosubinterp import _core
+
+    _core.dumps(value)

@@ -1,0 +1,631 @@
+"""InterpreterPool and Interpreter: interpreters with their own GIL, awaited from asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import itertools
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Any
+
+from aiosubinterp import _admin, _core, _loop, _marshal
+from aiosubinterp._errors import (
+    BrokenPoolError,
+    NotShareableError,
+    PoolClosedError,
+    rebuild,
+)
+from aiosubinterp._task import Task
+from aiosubinterp._worker import describe_exception
+
+__all__ = ["Interpreter", "InterpreterPool", "default_size", "run"]
+
+_task_ids = itertools.count(1)
+
+# CPython bugs that crash the process when a C accelerator is imported in two
+# or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
+#   _datetime: heap corruption on 3.12.1 and 3.13.0 (gh-136421), also hit by
+#              sqlite3, zoneinfo, http.client, urllib.request.
+#   _decimal:  double free on 3.12.1 (single-phase init runs before refusal).
+_BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
+    (3, 12): ("_datetime", "_decimal"),
+    (3, 13): ("_datetime",),
+}
+
+
+def blocked_modules() -> tuple[str, ...]:
+    """C accelerators kept out of workers on this CPython (their pure-Python twins are used)."""
+    return _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
+
+
+_BOOTSTRAP = """\
+def _boot():
+    import sys
+    try:
+        sys.path[:] = {path!r}
+        for name in {blocked!r}:
+            sys.modules.setdefault(name, None)
+        from aiosubinterp import _core
+    except BaseException as exc:
+        import traceback
+        return "".join(traceback.format_exception(exc))
+    _core._worker_main(HANDLE)
+ERROR = _boot()
+"""
+
+
+def default_size() -> int:
+    """Default number of interpreters: the CPUs this process may use."""
+    count = getattr(os, "process_cpu_count", os.cpu_count)()
+    return max(1, count or 1)
+
+
+def _main_ref() -> tuple[str, str] | None:
+    """How a worker finds the user's script: by module name (-m) or by file."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) not in (None, "__main__"):
+        return ("module", spec.name)
+    path = getattr(main, "__file__", None)
+    if isinstance(path, str) and path.endswith(".py"):
+        return ("path", os.path.abspath(path))
+    return None
+
+
+def _check_names(preload: object) -> tuple[str, ...]:
+    if isinstance(preload, str):
+        raise TypeError(f"preload must be an iterable of module names, not the string {preload!r}: "
+                        f"write preload=({preload!r},)")
+    try:
+        names = tuple(preload)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"preload must be an iterable of module names, got {type(preload).__name__}") from None
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"preload must contain module names (str), got {name!r}")
+    return names
+
+
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Engine:
+    """Interpreters serving one job queue. Base of InterpreterPool and Interpreter."""
+
+    _kind = "pool"
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        preload: Iterable[str] = (),
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple = (),
+        max_tasks_per_interpreter: int | None = None,
+        cancel_grace: float = 1.0,
+        replace_stuck: bool = True,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int (number of interpreters), got {size!r}")
+        names = _check_names(preload)
+        if initializer is not None and not callable(initializer):
+            raise TypeError(f"initializer must be callable or None, got {type(initializer).__name__}")
+        if not isinstance(initargs, tuple):
+            raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
+        if max_tasks_per_interpreter is not None and (
+            isinstance(max_tasks_per_interpreter, bool)
+            or not isinstance(max_tasks_per_interpreter, int)
+            or max_tasks_per_interpreter < 1
+        ):
+            raise ValueError(
+                "max_tasks_per_interpreter must be None or a positive int, "
+                f"got {max_tasks_per_interpreter!r}"
+            )
+        if not isinstance(cancel_grace, (int, float)) or cancel_grace < 0:
+            raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
+        init_payload = None
+        if initializer is not None:
+            init_payload = _marshal.call_payload(initializer, initargs, {})
+            try:
+                _core.dumps(init_payload)
+            except Exception as exc:
+                raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
+        self._size = size
+        self._preload = names
+        self._init_payload = init_payload
+        self._max_tasks = max_tasks_per_interpreter or 0
+        self._grace = float(cancel_grace)
+        self._replace_stuck = replace_stuck
+        self._queue = _core.Queue()
+        self._lock = threading.Lock()
+        self._workers: dict[int, _core.Worker] = {}
+        self._abandoned: list[_core.Worker] = []
+        self._state = "new"  # new, starting, running, broken, closing, closed
+        self._broken: BaseException | None = None
+        self._started: concurrent.futures.Future = concurrent.futures.Future()
+        self._closed: concurrent.futures.Future = concurrent.futures.Future()
+        self._path: list[str] | None = None
+        self._submitted = 0
+        self._replaced = 0
+        self._setup: tuple | None = None
+        _live.add(self)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _make_setup(self) -> tuple:
+        self._path = list(sys.path)
+        return (_main_ref(), self._preload, self._init_payload, (tuple(self._path),))
+
+    def _bootstrap(self) -> str:
+        return _BOOTSTRAP.format(path=list(sys.path), blocked=blocked_modules())
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._state != "new":
+                return
+            self._state = "starting"
+            self._setup = self._make_setup()
+        _admin.spawn(self._start_all)
+
+    def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
+        """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
+        worker = _core.Worker(self._queue, self._bootstrap(), self._setup, self._max_tasks)
+        try:
+            failure = worker.start()
+        except BaseException as exc:  # noqa: BLE001
+            return None, exc
+        if failure is None:
+            return worker, None
+        if isinstance(failure, tuple):
+            return None, rebuild(failure)
+        return None, RuntimeError(f"an interpreter failed to start:\n{failure}")
+
+    def _start_all(self) -> None:
+        futures = [_admin.spawn(self._new_worker) for _ in range(self._size)]
+        results = [f.result() for f in futures]
+        errors = [err for _, err in results if err is not None]
+        workers = [w for w, _ in results if w is not None]
+        with self._lock:
+            if not errors and self._state == "starting":
+                self._state = "running"
+                for w in workers:
+                    self._workers[w.serial] = w
+                workers = []
+        if errors:
+            for w in workers:
+                w.close()
+            cause = errors[0]
+            broken = BrokenPoolError(
+                f"the {self._kind} could not start its interpreters: {type(cause).__name__}: {cause}"
+            )
+            broken.__cause__ = cause
+            with self._lock:
+                self._broken = broken
+                if self._state == "starting":
+                    self._state = "broken"
+            self._queue.close()
+            self._queue.fail_queued(describe_exception(broken))
+            self._started.set_exception(broken)
+        else:
+            for w in workers:  # closed while starting
+                w.close()
+            self._started.set_result(None)
+
+    async def start(self) -> None:
+        """Create the interpreters now (off the loop thread) and wait until they are ready.
+
+        Optional: the first submit starts them too. Raises BrokenPoolError if
+        a preload import or the initializer fails.
+
+        Cancellation: the interpreters keep starting; close() still cleans up.
+        """
+        loop = _loop.running_loop(f"{type(self).__name__}.start()")
+        if self._state in ("closing", "closed"):
+            raise PoolClosedError(f"this {self._kind} is closed: create a new one")
+        self._ensure_started()
+        await asyncio.shield(_admin.relay(self._started, loop))
+
+    def close(self) -> None:
+        """Stop accepting work; finish what was submitted, then destroy the interpreters.
+
+        Returns at once; the interpreters are destroyed on a helper thread.
+        ``await aclose()`` to wait for that. Idempotent.
+        """
+        with self._lock:
+            state = self._state
+            if state in ("closing", "closed"):
+                return
+            self._state = "closing"
+        self._queue.close()
+        if state == "new":
+            self._finish_close()
+        else:
+            _admin.spawn(self._shutdown)
+
+    def _shutdown(self) -> None:
+        try:
+            self._started.exception()  # wait until start-up settled
+        except concurrent.futures.CancelledError:
+            pass
+        while True:
+            with self._lock:
+                workers = list(self._workers.values()) + self._abandoned
+                self._workers.clear()
+                self._abandoned = []
+            if not workers:
+                break
+            for w in workers:
+                w.close()
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        self._queue.fail_queued(describe_exception(PoolClosedError(
+            f"this {self._kind} was closed before the task could run")))
+        with self._lock:
+            self._state = "closed"
+        if not self._started.done():
+            self._started.set_exception(PoolClosedError(f"this {self._kind} is closed"))
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    async def aclose(self) -> None:
+        """Close and wait until every interpreter is destroyed.
+
+        Submitted tasks run to completion first.
+
+        Cancellation: if the wait is cancelled, the tasks still running are
+        interrupted; the shutdown completes in the background.
+        """
+        loop = _loop.running_loop(f"{type(self).__name__}.aclose()")
+        self.close()
+        done = _admin.relay(self._closed, loop)
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            self._interrupt_all()
+            raise
+
+    def _interrupt_all(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+        for w in workers:
+            tid = w.current_task
+            if tid:
+                _admin.spawn(w.interrupt, tid)
+
+    async def __aenter__(self):
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        state = getattr(self, "_state", "closed")
+        if state not in ("closed", "closing", "new"):
+            warnings.warn(
+                f"unclosed {self!r}: close it (async with, or await aclose()) to destroy "
+                "its interpreters; they are destroyed at exit otherwise",
+                ResourceWarning,
+                source=self,
+                stacklevel=2,
+            )
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    # -- submitting --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        state = self._state
+        if state in ("closing", "closed"):
+            raise PoolClosedError(f"this {self._kind} is closed: create a new one to run more work")
+        if state == "broken":
+            raise BrokenPoolError(str(self._broken)) from self._broken
+
+    def _submit(self, kind: int, payload: object, name: str, fn: object = None,
+                args: tuple = (), kwargs: dict | None = None) -> Task:
+        loop = _loop.running_loop(f"{type(self).__name__}.submit()")
+        self._check_open()
+        hub = _loop.hub_for(loop)
+        if self._path is not None and sys.path != self._path:
+            self._path = list(sys.path)
+            self._queue.set_settings((tuple(self._path),))
+        tid = next(_task_ids)
+        try:
+            self._queue.submit(tid, kind, payload, hub.core)
+        except RuntimeError:
+            self._check_open()
+            raise
+        except (NotShareableError, MemoryError):
+            raise
+        except Exception as exc:
+            if fn is None:
+                raise NotShareableError(f"cannot send the source text to an interpreter: {exc}") from exc
+            raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
+        task = Task(loop, self, tid, name, hub)
+        hub.pending[tid] = task
+        self._submitted += 1
+        if self._state == "new":
+            self._ensure_started()
+        return task
+
+    def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
+        """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.
+
+        fn crosses by reference (module and name) and must be a module-level
+        function, a builtin, or a picklable callable; arguments cross by copy.
+        Raises NotShareableError here, before anything is queued, if they cannot.
+        """
+        payload = _marshal.call_payload(fn, args, kwargs)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
+
+    async def run(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
+        """Run fn(*args, **kwargs) in an interpreter and return its result.
+
+        Like ``asyncio.to_thread``, but on another core: the function runs in
+        an interpreter with its own GIL. Exceptions come back with their own
+        type, caused by an ExecutionFailed that carries the remote traceback.
+
+        Cancellation: a queued call is withdrawn; a running one is interrupted
+        (KeyboardInterrupt inside it), and its worker is replaced if it does
+        not stop within the grace period.
+        """
+        return await self.submit(fn, *args, **kwargs)
+
+    async def map(
+        self,
+        fn: Callable[..., object],
+        iterable: Iterable[Any] | AsyncIterable[Any],
+        *,
+        ordered: bool = True,
+        window: int | None = None,
+    ) -> AsyncIterator[Any]:
+        """Yield fn(item) for every item, computed in the interpreters.
+
+        At most ``window`` calls are in flight (default: 8 per interpreter,
+        at least 64), so a long or endless iterable streams. With
+        ``ordered=False`` results come as they finish. The first failure is
+        raised at its place and the calls still in flight are cancelled.
+
+        Cancellation: closing or cancelling the iteration cancels every call in flight.
+        """
+        if window is None:
+            window = max(64, 8 * self._size)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive int, got {window!r}")
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
+        if hasattr(iterable, "__aiter__"):
+            source = iterable.__aiter__()  # type: ignore[union-attr]
+            is_async = True
+        else:
+            source = iter(iterable)  # type: ignore[arg-type]
+            is_async = False
+        inflight: collections.deque[Task] = collections.deque()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(inflight) < window:
+                    try:
+                        item = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr]
+                    except (StopIteration, StopAsyncIteration):
+                        exhausted = True
+                        break
+                    inflight.append(self.submit(fn, item))
+                if not inflight:
+                    return
+                if ordered:
+                    task = inflight.popleft()
+                    yield await task
+                else:
+                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                    for task in list(inflight):
+                        if task in done:
+                            inflight.remove(task)
+                            yield task.result()
+        finally:
+            for task in inflight:
+                task.cancel()
+
+    # -- completions and cancellation (loop thread / helper threads) -----------
+
+    def _cancel_task(self, task: Task) -> None:
+        code, serial = self._queue.cancel(task._tid)
+        if code == _core.CANCEL_CODE_WITHDRAWN:
+            task._hub.pending.pop(task._tid, None)
+        elif code == _core.CANCEL_CODE_RUNNING:
+            worker = self._workers.get(serial)
+            if worker is not None:
+                _admin.spawn(self._interrupt, worker, task._tid)
+
+    def _interrupt(self, worker: _core.Worker, tid: int) -> None:
+        worker.interrupt(tid)
+        if worker.wait_idle(tid, self._grace) or not self._replace_stuck:
+            return
+        # The task ignores the interruption (blocked in C, or catching it):
+        # give up on this worker and put a fresh one in its slot.
+        with self._lock:
+            if self._workers.pop(worker.serial, None) is None:
+                return
+            self._abandoned.append(worker)
+            self._replaced += 1
+            replace = self._state == "running"
+        worker.stop()
+        if replace:
+            self._add_worker()
+
+    def _on_retired(self, serial: int) -> None:
+        with self._lock:
+            worker = self._workers.pop(serial, None)
+            replace = worker is not None and self._state == "running"
+            if worker is not None and not replace:
+                self._abandoned.append(worker)
+        if worker is None:
+            return
+        if replace:
+            _admin.spawn(self._retire_and_replace, worker)
+
+    def _retire_and_replace(self, worker: _core.Worker) -> None:
+        worker.close()
+        self._add_worker()
+
+    def _add_worker(self) -> None:
+        worker, error = self._new_worker()
+        with self._lock:
+            if worker is not None and self._state == "running":
+                self._workers[worker.serial] = worker
+                return
+            alone = not self._workers
+        if worker is not None:  # closed meanwhile
+            worker.close()
+            return
+        if alone and error is not None:
+            broken = BrokenPoolError(f"the {self._kind} lost its last interpreter: {error}")
+            broken.__cause__ = error
+            with self._lock:
+                self._broken = broken
+                if self._state == "running":
+                    self._state = "broken"
+            self._queue.fail_queued(describe_exception(broken))
+
+    # -- introspection -----------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of interpreters."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._state in ("closing", "closed")
+
+    def statistics(self) -> dict[str, int | str]:
+        """A snapshot: size, state, busy, queued, submitted, replaced workers."""
+        return {
+            "size": self._size,
+            "state": self._state,
+            "busy": self._queue.busy(),
+            "queued": self._queue.qsize(),
+            "submitted": self._submitted,
+            "replaced": self._replaced,
+        }
+
+    def __repr__(self) -> str:
+        return f"<aiosubinterp.{type(self).__name__} size={self._size} {self._state}>"
+
+
+class InterpreterPool(_Engine):
+    """A pool of interpreters, each with its own GIL and its own OS thread.
+
+    Args:
+        size: number of interpreters (default: the CPUs this process may use).
+        preload: modules each interpreter imports at start, so the first
+            task does not pay for them.
+        initializer: a module-level function each interpreter calls once at
+            start, with ``initargs``. If it raises, the pool is broken.
+        max_tasks_per_interpreter: replace an interpreter after it ran this many tasks.
+        cancel_grace: seconds a cancelled, running task gets to stop before its
+            interpreter is given up and replaced.
+
+    Each interpreter runs one task at a time; tasks are taken from one shared
+    queue. Interpreters are created off the event loop, on first use or on
+    ``await pool.start()`` / ``async with``.
+
+    Thread-safety: a pool may be used from several event loops in several
+    threads at once; each task belongs to the loop that submitted it.
+    """
+
+    def __init__(
+        self,
+        size: int | None = None,
+        *,
+        preload: Iterable[str] = (),
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple = (),
+        max_tasks_per_interpreter: int | None = None,
+        cancel_grace: float = 1.0,
+    ) -> None:
+        super().__init__(
+            default_size() if size is None else size,
+            preload=preload,
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks_per_interpreter=max_tasks_per_interpreter,
+            cancel_grace=cancel_grace,
+        )
+
+
+class Interpreter(_Engine):
+    """One interpreter with its own GIL, and the OS thread that runs its tasks.
+
+    State persists between calls (module globals, ``exec`` namespace): use it
+    when tasks build on each other; use InterpreterPool to spread work.
+    A cancelled task that ignores its interruption keeps this interpreter
+    busy (it cannot be replaced without losing its state).
+
+    Thread-safety: as InterpreterPool.
+    """
+
+    _kind = "interpreter"
+
+    def __init__(
+        self,
+        *,
+        preload: Iterable[str] = (),
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple = (),
+    ) -> None:
+        super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
+                         replace_stuck=False)
+
+    @property
+    def id(self) -> int:
+        """CPython's id of this interpreter; known once it has started."""
+        with self._lock:
+            workers = list(self._workers.values())
+        if not workers:
+            raise RuntimeError(
+                "this interpreter has not started (or is closed): use `async with "
+                "Interpreter() as interp` or `await interp.start()` first"
+            )
+        return workers[0].id
+
+    def submit_exec(self, source: str) -> Task:
+        if not isinstance(source, str):
+            raise TypeError(f"exec() takes Python source as str, got {type(source).__name__}")
+        return self._submit(_core.JOB_KIND_EXEC, source, "exec")
+
+    async def exec(self, source: str) -> None:
+        """Execute Python source in this interpreter's ``__main__`` namespace.
+
+        Names it defines stay there for later ``exec`` calls. An exception is
+        re-raised here as for run().
+
+        Cancellation: as run().
+        """
+        await self.submit_exec(source)
+
+
+async def run(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
+    """Run fn(*args, **kwargs) in the running loop's default interpreter pool.
+
+    The default pool has one interpreter per CPU, starts on first use and is
+    closed when the loop shuts down (asyncio.run does this) or at exit.
+
+    Cancellation: as InterpreterPool.run().
+    """
+    loop = _loop.running_loop("aiosubinterp.run()")
+    hub = _loop.hub_for(loop)
+    pool = hub.default_pool
+    if pool is None or pool.closed:
+        pool = hub.default_pool = InterpreterPool()
+    return await pool.submit(fn, *args, **kwargs)

@@ -1,0 +1,82 @@
+"""Task: an asyncio future for work running in an interpreter."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiosubinterp import _core
+from aiosubinterp._errors import ExecutionFailed, rebuild
+
+__all__ = ["Task"]
+
+_OK = _core.STATUS_OK
+_ERROR = _core.STATUS_ERROR
+_LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
+
+
+class Task(asyncio.Future):
+    """A function call submitted to an interpreter; await it for the result.
+
+    It is an ``asyncio.Future``: ``await``, ``done()``, ``cancelled()``,
+    ``result()``, ``exception()``, ``add_done_callback()``, ``asyncio.wait``,
+    ``gather`` and ``wait_for`` all work. ``cancel()`` withdraws the call if it
+    has not started; if it runs, it is interrupted inside its interpreter
+    (``KeyboardInterrupt`` raised in the running code), and a worker that
+    does not stop within the pool's grace period is replaced.
+
+    Thread-safety: like any asyncio future, use it from its loop's thread.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner, tid: int, name: str, hub) -> None:
+        super().__init__(loop=loop)
+        self._owner = owner
+        self._tid = tid
+        self._name = name
+        self._hub = hub
+
+    @property
+    def id(self) -> int:
+        """Process-unique id of this task."""
+        return self._tid
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def get_name(self) -> str:
+        return self._name
+
+    def set_name(self, value: object) -> None:
+        self._name = str(value)
+
+    def cancel(self, msg: object = None) -> bool:
+        if self.done():
+            return False
+        self._owner._cancel_task(self)
+        return super().cancel(msg=msg)
+
+    def _deliver(self, status: int, value: object) -> None:
+        if self.done():
+            return
+        if status == _OK:
+            self.set_result(value)
+        elif status == _ERROR:
+            self.set_exception(rebuild(value))  # type: ignore[arg-type]
+        elif status == _LOCAL_ERROR:
+            err = ExecutionFailed(
+                f"the task {self._name!r} finished, but its result could not be rebuilt in this "
+                f"interpreter: {type(value).__name__}: {value}"
+            )
+            err.__cause__ = value  # type: ignore[assignment]
+            self.set_exception(err)
+        else:
+            super().cancel()
+
+    def __repr__(self) -> str:
+        if self.cancelled():
+            state = "cancelled"
+        elif self.done():
+            state = "finished"
+        else:
+            state = "pending"
+        return f"<aiosubinterp.Task {self._name!r} id={self._tid} {state}>"

@@ -1,0 +1,95 @@
+/* compat.h: the only platform #ifdefs of aiosubinterp._core.
+ *
+ * Everything here is plain C that needs no interpreter and no GIL. The
+ * mutex below is a process-wide static: the extension module is loaded once
+ * per interpreter, but C statics exist once per process, which is exactly
+ * what the registry of live workers needs.
+ */
+#ifndef AIOSUBINTERP_COMPAT_H
+#define AIOSUBINTERP_COMPAT_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/eventfd.h>
+#define ASI_HAVE_EVENTFD 1
+static inline int asi_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+#else
+#define ASI_HAVE_EVENTFD 0
+static inline int asi_eventfd(void) { errno = ENOSYS; return -1; }
+#endif
+
+/* A non-blocking, close-on-exec pipe: the wakeup fallback where there is no eventfd. */
+static inline int asi_pipe(int fds[2]) {
+    if (pipe(fds) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        int fl = fcntl(fds[i], F_GETFL);
+        if (fl < 0 || fcntl(fds[i], F_SETFL, fl | O_NONBLOCK) != 0 ||
+            fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) {
+            close(fds[0]);
+            close(fds[1]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Registry of live workers, shared by every interpreter of the process. */
+static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
+static inline void asi_registry_unlock(void) { pthread_mutex_unlock(&asi_registry_mu); }
+/* Head of the list of live workers (a WorkerState*) and the serial counter,
+ * both under asi_registry_mu. */
+static void *asi_live_head = NULL;
+static uint64_t asi_serial_counter = 0;
+
+/* Condition variables time out on the monotonic clock, so wall-clock jumps
+ * neither shorten nor stretch a timeout. */
+static inline int asi_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t attr;
+    int rc = pthread_condattr_init(&attr);
+    if (rc) return rc;
+#if !defined(__APPLE__)
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+#endif
+    rc = pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+static inline double asi_monotonic(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wait on cv until the absolute monotonic time `deadline` (seconds).
+ * Returns 0 when signalled (or spuriously woken), ETIMEDOUT when the deadline passed. */
+static inline int asi_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline) {
+#if defined(__APPLE__)
+    double left = deadline - asi_monotonic();
+    if (left <= 0) return ETIMEDOUT;
+    struct timespec rel;
+    rel.tv_sec = (time_t)left;
+    rel.tv_nsec = (long)((left - (double)rel.tv_sec) * 1e9);
+    return pthread_cond_timedwait_relative_np(cv, mu, &rel);
+#else
+    struct timespec ts;
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec += 1; ts.tv_nsec -= 1000000000L; }
+    return pthread_cond_timedwait(cv, mu, &ts);
+#endif
+}
+
+/* Worker threads get a fixed, generous stack: Python recursion in a worker
+ * must hit RecursionError long before the C stack ends. */
+#define ASI_WORKER_STACK_SIZE ((size_t)16 * 1024 * 1024)
+
+#endif /* AIOSUBINTERP_COMPAT_H */

@@ -1,0 +1,48 @@
+# POSIX declarations used by aiosubinterp._core (threads, fds, clocks).
+# Platform differences live in compat.h, never here.
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    ctypedef struct pthread_attr_t:
+        pass
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_attr_init(pthread_attr_t*)
+    int pthread_attr_setstacksize(pthread_attr_t*, size_t)
+    int pthread_attr_destroy(pthread_attr_t*)
+    int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*) noexcept nogil, void*)
+    int pthread_join(pthread_t, void**)
+    int pthread_mutex_init(pthread_mutex_t*, const void*)
+    int pthread_mutex_destroy(pthread_mutex_t*)
+    int pthread_mutex_lock(pthread_mutex_t*)
+    int pthread_mutex_unlock(pthread_mutex_t*)
+    int pthread_cond_destroy(pthread_cond_t*)
+    int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
+    int pthread_cond_signal(pthread_cond_t*)
+    int pthread_cond_broadcast(pthread_cond_t*)
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t read(int, void*, size_t)
+    ssize_t write(int, const void*, size_t)
+    int close(int)
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    int EAGAIN
+    int EINTR
+    int ETIMEDOUT
+
+cdef extern from "compat.h" nogil:
+    int ASI_HAVE_EVENTFD
+    size_t ASI_WORKER_STACK_SIZE
+    int asi_eventfd()
+    int asi_pipe(int fds[2])
+    void asi_registry_lock()
+    void asi_registry_unlock()
+    void* asi_live_head
+    unsigned long long asi_serial_counter
+    int asi_cond_init(pthread_cond_t*)
+    double asi_monotonic()
+    int asi_cond_wait_until(pthread_cond_t*, pthread_mutex_t*, double deadline)

@@ -1,0 +1,201 @@
+# wakeup.pxi: the completion hub of one event loop.
+#
+# Workers append completions to the hub's list and write its wakeup fd only
+# on the empty -> non-empty edge, so one wakeup drains many completions. The
+# loop watches the fd with add_reader. Linux uses an eventfd; elsewhere (or
+# with AIOSUBINTERP_WAKEUP=pipe) a non-blocking self-pipe.
+#
+# The hub is reference counted: every queued or running job holds one
+# reference, so the fd stays open (and cannot be reused by an unrelated
+# file) until the last worker that might write to it is done.
+
+cdef struct HubState:
+    pthread_mutex_t mu
+    Completion* head
+    Completion* tail
+    int rfd
+    int wfd
+    int is_pipe
+    int refs
+    int closed               # the loop side is gone: drop completions
+
+
+cdef void hub_decref(HubState* h) noexcept nogil:
+    cdef int refs
+    pthread_mutex_lock(&h.mu)
+    h.refs -= 1
+    refs = h.refs
+    pthread_mutex_unlock(&h.mu)
+    if refs > 0:
+        return
+    completions_free(h.head)
+    close(h.rfd)
+    if h.is_pipe:
+        close(h.wfd)
+    pthread_mutex_destroy(&h.mu)
+    free(h)
+
+
+cdef void completions_free(Completion* c) noexcept nogil:
+    cdef Completion* nxt
+    while c != NULL:
+        nxt = c.next
+        free(c.data)
+        free(c)
+        c = nxt
+
+
+cdef void hub_wake(HubState* h) noexcept nogil:
+    cdef uint64_t one = 1
+    cdef char byte = 1
+    # A full pipe or a saturated eventfd already means "wake up": EAGAIN is fine.
+    if h.is_pipe:
+        write(h.wfd, &byte, 1)
+    else:
+        write(h.wfd, &one, 8)
+
+
+cdef void hub_post(HubState* h, Completion* c) noexcept nogil:
+    """Hand a completion to the hub's loop; takes ownership of c."""
+    cdef bint was_empty
+    c.next = NULL
+    pthread_mutex_lock(&h.mu)
+    if h.closed:
+        pthread_mutex_unlock(&h.mu)
+        free(c.data)
+        free(c)
+        return
+    was_empty = h.head == NULL
+    if h.tail == NULL:
+        h.head = c
+    else:
+        h.tail.next = c
+    h.tail = c
+    pthread_mutex_unlock(&h.mu)
+    if was_empty:
+        hub_wake(h)
+
+
+cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t serial,
+                      char* data, Py_ssize_t size) noexcept nogil:
+    """Post a completion carrying `data` (ownership passes to the hub). Returns -1 if out of memory."""
+    cdef Completion* c = <Completion*>calloc(1, sizeof(Completion))
+    if c == NULL:
+        free(data)
+        return -1
+    c.tid = tid
+    c.status = status
+    c.flags = flags
+    c.worker_serial = serial
+    c.data = data
+    c.size = size
+    hub_post(h, c)
+    return 0
+
+
+cdef class Hub:
+    """Completion hub of one event loop: a wakeup fd plus a list of finished jobs.
+
+    Thread-safety: workers post from any thread or interpreter; ``drain()``
+    and ``close()`` belong to the thread that runs the loop.
+    """
+    cdef HubState* h
+
+    def __cinit__(self, bint use_pipe=False):
+        cdef int fds[2]
+        cdef HubState* h = <HubState*>calloc(1, sizeof(HubState))
+        if h == NULL:
+            raise MemoryError()
+        pthread_mutex_init(&h.mu, NULL)
+        h.refs = 1
+        if not use_pipe and ASI_HAVE_EVENTFD:
+            h.rfd = asi_eventfd()
+            h.wfd = h.rfd
+            if h.rfd < 0:
+                pthread_mutex_destroy(&h.mu)
+                free(h)
+                raise OSError(errno, "aiosubinterp: eventfd() failed for the wakeup fd")
+        else:
+            if asi_pipe(fds) != 0:
+                pthread_mutex_destroy(&h.mu)
+                free(h)
+                raise OSError(errno, "aiosubinterp: pipe() failed for the wakeup fd")
+            h.rfd = fds[0]
+            h.wfd = fds[1]
+            h.is_pipe = 1
+        self.h = h
+
+    def __dealloc__(self):
+        if self.h != NULL:
+            self._close()
+
+    cdef void _close(self) noexcept:
+        cdef HubState* h = self.h
+        self.h = NULL
+        pthread_mutex_lock(&h.mu)
+        h.closed = 1
+        completions_free(h.head)
+        h.head = NULL
+        h.tail = NULL
+        pthread_mutex_unlock(&h.mu)
+        hub_decref(h)
+
+    cdef HubState* state(self) except NULL:
+        if self.h == NULL:
+            raise RuntimeError("aiosubinterp: this event loop's completion hub is closed")
+        return self.h
+
+    @property
+    def mechanism(self):
+        """'eventfd' or 'pipe'."""
+        return "pipe" if self.state().is_pipe else "eventfd"
+
+    def fileno(self):
+        """The fd to watch for readability (loop.add_reader)."""
+        return self.state().rfd
+
+    def close(self):
+        """Stop receiving: pending and future completions are dropped. Idempotent."""
+        if self.h != NULL:
+            self._close()
+
+    @property
+    def closed(self):
+        return self.h == NULL
+
+    def drain(self):
+        """Return every completion posted so far as (tid, status, flags, serial, value).
+
+        The value is decoded here, in the calling interpreter. A value that
+        cannot be decoded gives status DONE_LOCAL_ERROR and the exception.
+        """
+        cdef HubState* h = self.state()
+        cdef char sink[256]
+        cdef Completion* c
+        cdef Completion* nxt
+        # Clear the fd before taking the list: a completion posted after the
+        # take finds an empty list and writes the fd again, so none is lost.
+        while read(h.rfd, sink, sizeof(sink)) > 0:
+            pass
+        pthread_mutex_lock(&h.mu)
+        c = h.head
+        h.head = NULL
+        h.tail = NULL
+        pthread_mutex_unlock(&h.mu)
+        out = []
+        while c != NULL:
+            nxt = c.next
+            status = c.status
+            try:
+                if c.size:
+                    value = decode_blob(c.data, c.size)
+                else:
+                    value = None
+            except BaseException as exc:
+                status = DONE_LOCAL_ERROR
+                value = exc
+            out.append((c.tid, status, c.flags, c.worker_serial, value))
+            free(c.data)
+            free(c)
+            c = nxt
+        return out

@@ -1,0 +1,770 @@
+# worker.pxi: the worker OS thread, its job loop, and the Worker/Queue handles.
+
+cdef enum:
+    W_NEW = 0
+    W_STARTING = 1
+    W_READY = 2
+    W_FAILED = 3
+
+
+cdef struct WorkerState:
+    WorkerState* next_in_queue
+    WorkerState* next_live
+    JobQueue* q
+    PyInterpreterState* interp
+    PyThreadState* ts0
+    pthread_t thread
+    int thread_started
+    unsigned long ident
+    long long interp_id
+    uint64_t serial
+    uint64_t current_tid      # job being run (0: idle); under q.mu
+    uint64_t cancel_tid       # current_tid when an interrupt was injected
+    int state                 # W_*; under q.mu
+    int stop                  # exit when idle (retire, replace, close)
+    int exited                # the thread has finished
+    int closing
+    int closed                # the interpreter is destroyed
+    int ops                   # interrupts in progress (pin the interpreter)
+    int orphan                # its Worker handle is gone: free after closing
+    long max_tasks
+    long done_tasks
+    uint64_t settings_version
+    char* bootstrap
+    char* setup_data
+    Py_ssize_t setup_size
+    char* error_data          # encoded exception info (start failed in setup)
+    Py_ssize_t error_size
+    char* error_text          # start failed before setup could report
+
+
+# The registry of live workers is process-wide: its head and the serial
+# counter are C statics in compat.h, under asi_registry_lock().
+
+
+cdef void worker_free(WorkerState* w) noexcept nogil:
+    free(w.bootstrap)
+    free(w.setup_data)
+    free(w.error_data)
+    free(w.error_text)
+    queue_decref(w.q)
+    free(w)
+
+
+cdef void registry_unlink(WorkerState* w) noexcept nogil:
+    cdef WorkerState** pp
+    asi_registry_lock()
+    pp = <WorkerState**>&asi_live_head
+    while pp[0] != NULL:
+        if pp[0] == w:
+            pp[0] = w.next_live
+            break
+        pp = &pp[0].next_live
+    asi_registry_unlock()
+
+
+cdef void queue_detach_worker(WorkerState* w) noexcept nogil:
+    cdef WorkerState** pp
+    pthread_mutex_lock(&w.q.mu)
+    pp = &w.q.workers
+    while pp[0] != NULL:
+        if pp[0] == w:
+            pp[0] = w.next_in_queue
+            break
+        pp = &pp[0].next_in_queue
+    pthread_mutex_unlock(&w.q.mu)
+
+
+cdef char* c_strdup(const char* s, Py_ssize_t n) noexcept nogil:
+    cdef char* p = <char*>malloc(n + 1)
+    if p != NULL:
+        memcpy(p, s, n)
+        p[n] = 0
+    return p
+
+
+cdef void* worker_thread_main(void* arg) noexcept nogil:
+    """Body of a worker OS thread: attach, run the bootstrap (setup + job loop), detach."""
+    cdef WorkerState* w = <WorkerState*>arg
+    cdef PyThreadState* ts
+    cdef PyObject* ns
+    cdef PyObject* handle
+    cdef PyObject* res = NULL
+    cdef PyObject* err
+    cdef const char* text = NULL
+    cdef Py_ssize_t n = 0
+    cdef char* failure = NULL
+    # GIL: none -> none (a thread state of the worker's interpreter for this thread)
+    ts = PyThreadState_New(w.interp)
+    # GIL: none -> sub
+    PyEval_RestoreThread(ts)
+    w.ident = PyThread_get_thread_ident()
+    ns = PyDict_New()
+    handle = PyLong_FromSsize_t(<Py_ssize_t>w)
+    if (ns != NULL and handle != NULL
+            and PyDict_SetItemString(ns, "__builtins__", PyEval_GetBuiltins()) == 0
+            and PyDict_SetItemString(ns, "HANDLE", handle) == 0):
+        res = PyRun_String(w.bootstrap, Py_file_input, ns, ns)
+    if res == NULL:
+        PyErr_Clear()
+        failure = c_strdup("the worker bootstrap raised an unexpected error", 47)
+    else:
+        err = PyDict_GetItemString(ns, "ERROR")
+        if err != NULL:
+            text = PyUnicode_AsUTF8AndSize(err, &n)
+            if text != NULL:
+                failure = c_strdup(text, n)
+            else:
+                PyErr_Clear()
+    if res != NULL:
+        Py_DecRef(res)
+    if handle != NULL:
+        Py_DecRef(handle)
+    if ns != NULL:
+        Py_DecRef(ns)
+    PyThreadState_Clear(ts)
+    # GIL: sub -> none (this thread's state is gone; ts0 keeps the interpreter alive)
+    PyThreadState_DeleteCurrent()
+    pthread_mutex_lock(&w.q.mu)
+    if w.state == W_STARTING:
+        w.state = W_FAILED
+        if w.error_text == NULL and w.error_data == NULL:
+            w.error_text = failure
+            failure = NULL
+    w.exited = 1
+    w.current_tid = 0
+    pthread_cond_broadcast(&w.q.state_cv)
+    if w.q.head != NULL:
+        # Pass on a job wakeup this worker may have consumed but will not serve.
+        pthread_cond_signal(&w.q.cv)
+    pthread_mutex_unlock(&w.q.mu)
+    free(failure)
+    return NULL
+
+
+cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_size) noexcept:
+    """Block until a job is available (returns it, marked running) or the worker must stop (NULL)."""
+    cdef JobQueue* q = w.q
+    cdef Job* job = NULL
+    # GIL: sub -> none (wait for work without blocking this interpreter's threads)
+    with nogil:
+        pthread_mutex_lock(&q.mu)
+        while True:
+            if w.stop:
+                break
+            if q.head != NULL:
+                job = queue_pop(q)
+                w.current_tid = job.tid
+                w.cancel_tid = 0
+                if w.settings_version != q.settings_version and q.settings_data != NULL:
+                    settings[0] = c_strdup(q.settings_data, q.settings_size)
+                    if settings[0] != NULL:
+                        settings_size[0] = q.settings_size
+                        w.settings_version = q.settings_version
+                break
+            if q.closed:
+                break
+            pthread_cond_wait(&q.cv, &q.mu)
+        if job == NULL and q.head != NULL:
+            pthread_cond_signal(&q.cv)
+        pthread_mutex_unlock(&q.mu)
+    # GIL: none -> sub
+    return job
+
+
+cdef bint worker_finish_running(WorkerState* w) noexcept:
+    """Mark the current job finished. Caller holds the sub GIL. True if it was interrupted."""
+    cdef bint hit
+    pthread_mutex_lock(&w.q.mu)
+    hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
+    w.current_tid = 0
+    w.cancel_tid = 0
+    pthread_mutex_unlock(&w.q.mu)
+    if hit:
+        # Drop an injected exception that has not fired yet (the task ended in C code).
+        PyThreadState_SetAsyncExc(w.ident, NULL)
+    return hit
+
+
+cdef void worker_set_state(WorkerState* w, int state) noexcept:
+    pthread_mutex_lock(&w.q.mu)
+    w.state = state
+    pthread_cond_broadcast(&w.q.state_cv)
+    pthread_mutex_unlock(&w.q.mu)
+
+
+cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
+    cdef Buf out
+    cdef int status = DONE_OK
+    cdef int flags = 0
+    cdef bint hit
+    out.data = NULL
+    out.size = 0
+    out.cap = 0
+    failure = None
+    value = None
+    try:
+        value = runner.run(job.kind, decode_blob(job.data, job.size))
+    except BaseException as exc:
+        failure = exc
+    hit = worker_finish_running(w)
+    try:
+        if hit and isinstance(failure, KeyboardInterrupt):
+            status = DONE_CANCELLED
+        elif failure is not None:
+            status = DONE_ERROR
+            encode_into(&out, runner.describe(failure))
+        else:
+            try:
+                encode_into(&out, value)
+            except BaseException as exc:
+                out.size = 0
+                status = DONE_ERROR
+                encode_into(&out, runner.describe_unsendable_result(value, exc))
+    except BaseException as exc:
+        out.size = 0
+        status = DONE_ERROR
+        encode_into(&out, runner.describe_minimal(exc))
+    failure = None
+    value = None
+    pthread_mutex_lock(&w.q.mu)
+    w.done_tasks += 1
+    if w.max_tasks > 0 and w.done_tasks >= w.max_tasks:
+        flags |= DONE_FLAG_RETIRED
+        w.stop = 1
+    pthread_mutex_unlock(&w.q.mu)
+    if hub_post_new(job.hub, job.tid, status, flags, w.serial, out.data, out.size) != 0:
+        out.data = NULL
+        job_free(job)
+        raise MemoryError("aiosubinterp: out of memory while posting a completion")
+    out.data = NULL
+    job_free(job)
+    return 0
+
+
+def _worker_main(Py_ssize_t handle):
+    """The job loop of one worker; runs on its thread, inside its interpreter."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef Job* job
+    cdef char* settings = NULL
+    cdef Py_ssize_t settings_size = 0
+    cdef Buf err
+    from aiosubinterp import _worker
+    try:
+        runner = _worker.Runner(decode_blob(w.setup_data, w.setup_size))
+    except BaseException as exc:
+        err.data = NULL
+        err.size = 0
+        err.cap = 0
+        try:
+            encode_into(&err, _worker.describe_exception(exc))
+        except BaseException:
+            buf_free(&err)
+            raise
+        pthread_mutex_lock(&w.q.mu)
+        w.error_data = err.data
+        w.error_size = err.size
+        pthread_mutex_unlock(&w.q.mu)
+        worker_set_state(w, W_FAILED)
+        return
+    worker_set_state(w, W_READY)
+    while True:
+        job = worker_next_job(w, &settings, &settings_size)
+        if job == NULL:
+            break
+        if settings != NULL:
+            try:
+                runner.apply_settings(decode_blob(settings, settings_size))
+            finally:
+                free(settings)
+                settings = NULL
+        worker_run_job(w, runner, job)
+    runner.shutdown()
+
+
+cdef class Queue:
+    """A job queue served by one or more workers.
+
+    Thread-safety: every method may be called from any thread of the main
+    interpreter, holding its GIL.
+    """
+    cdef JobQueue* q
+
+    def __cinit__(self):
+        self.q = queue_new()
+
+    def __dealloc__(self):
+        cdef JobQueue* q = self.q
+        if q != NULL:
+            self.q = NULL
+            pthread_mutex_lock(&q.mu)
+            q.closed = 1
+            pthread_cond_broadcast(&q.cv)
+            pthread_mutex_unlock(&q.mu)
+            queue_decref(q)
+
+    def submit(self, uint64_t tid, int kind, payload, Hub hub not None):
+        """Encode payload here (the sender's interpreter) and queue it as job tid."""
+        cdef Buf b
+        cdef Job* job
+        cdef HubState* h = hub.state()
+        b.data = NULL
+        b.size = 0
+        b.cap = 0
+        try:
+            encode_into(&b, payload)
+        except BaseException:
+            buf_free(&b)
+            raise
+        job = <Job*>calloc(1, sizeof(Job))
+        if job == NULL:
+            buf_free(&b)
+            raise MemoryError()
+        job.tid = tid
+        job.kind = kind
+        job.data = b.data
+        job.size = b.size
+        pthread_mutex_lock(&h.mu)
+        h.refs += 1
+        pthread_mutex_unlock(&h.mu)
+        job.hub = h
+        pthread_mutex_lock(&self.q.mu)
+        if self.q.closed:
+            pthread_mutex_unlock(&self.q.mu)
+            job_free(job)
+            raise RuntimeError("aiosubinterp: this queue is closed")
+        queue_push(self.q, job)
+        pthread_cond_signal(&self.q.cv)
+        pthread_mutex_unlock(&self.q.mu)
+
+    def cancel(self, uint64_t tid):
+        """Withdraw job tid if still queued. Returns (code, worker_serial).
+
+        code: 0 withdrawn (no completion will come), 1 running on worker
+        `worker_serial`, 2 not found (finished, completion on its way).
+        """
+        cdef Job* job
+        cdef WorkerState* w
+        cdef uint64_t serial = 0
+        cdef int code = CANCEL_NOT_FOUND
+        pthread_mutex_lock(&self.q.mu)
+        job = queue_unlink(self.q, tid)
+        if job != NULL:
+            code = CANCEL_WITHDRAWN
+        else:
+            w = self.q.workers
+            while w != NULL:
+                if w.current_tid == tid:
+                    code = CANCEL_RUNNING
+                    serial = w.serial
+                    break
+                w = w.next_in_queue
+        pthread_mutex_unlock(&self.q.mu)
+        if job != NULL:
+            job_free(job)
+        return code, serial
+
+    def fail_queued(self, info):
+        """Complete every queued job with an error described by info. Returns how many."""
+        cdef Buf b
+        cdef Job* job
+        cdef Job* jobs
+        cdef int count = 0
+        cdef char* copy
+        b.data = NULL
+        b.size = 0
+        b.cap = 0
+        try:
+            encode_into(&b, info)
+        except BaseException:
+            buf_free(&b)
+            raise
+        pthread_mutex_lock(&self.q.mu)
+        jobs = self.q.head
+        self.q.head = NULL
+        self.q.tail = NULL
+        self.q.length = 0
+        pthread_mutex_unlock(&self.q.mu)
+        while jobs != NULL:
+            job = jobs
+            jobs = job.next
+            copy = c_strdup(b.data, b.size)
+            hub_post_new(job.hub, job.tid, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
+            job_free(job)
+            count += 1
+        buf_free(&b)
+        return count
+
+    def close(self):
+        """Accept no more jobs; workers finish what is queued, then exit."""
+        pthread_mutex_lock(&self.q.mu)
+        self.q.closed = 1
+        pthread_cond_broadcast(&self.q.cv)
+        pthread_mutex_unlock(&self.q.mu)
+
+    def set_settings(self, settings):
+        """Publish settings (e.g. sys.path) that every worker applies before its next job."""
+        cdef Buf b
+        b.data = NULL
+        b.size = 0
+        b.cap = 0
+        try:
+            encode_into(&b, settings)
+        except BaseException:
+            buf_free(&b)
+            raise
+        pthread_mutex_lock(&self.q.mu)
+        free(self.q.settings_data)
+        self.q.settings_data = b.data
+        self.q.settings_size = b.size
+        self.q.settings_version += 1
+        pthread_mutex_unlock(&self.q.mu)
+
+    def qsize(self):
+        """Number of jobs waiting for a worker."""
+        cdef Py_ssize_t n
+        pthread_mutex_lock(&self.q.mu)
+        n = self.q.length
+        pthread_mutex_unlock(&self.q.mu)
+        return n
+
+    def busy(self):
+        """Number of attached workers running a job now."""
+        cdef int n = 0
+        cdef WorkerState* w
+        pthread_mutex_lock(&self.q.mu)
+        w = self.q.workers
+        while w != NULL:
+            if w.current_tid != 0:
+                n += 1
+            w = w.next_in_queue
+        pthread_mutex_unlock(&self.q.mu)
+        return n
+
+    @property
+    def closed(self):
+        return bool(self.q.closed)
+
+
+cdef class Worker:
+    """One interpreter with its own GIL, driven by one OS thread serving a Queue.
+
+    ``start()``, ``interrupt()`` and ``close()`` block (for milliseconds to the
+    length of a running task): call them off the event-loop thread.
+
+    Thread-safety: any thread of the main interpreter; close() is idempotent
+    and may race with the exit-time sweep.
+    """
+    cdef WorkerState* w
+    cdef readonly Queue queue
+
+    def __cinit__(self, Queue queue not None, str bootstrap not None, setup, long max_tasks=0):
+        cdef Buf b
+        cdef bytes boot = bootstrap.encode("utf-8")
+        cdef WorkerState* w = <WorkerState*>calloc(1, sizeof(WorkerState))
+        if w == NULL:
+            raise MemoryError()
+        b.data = NULL
+        b.size = 0
+        b.cap = 0
+        try:
+            encode_into(&b, setup)
+        except BaseException:
+            buf_free(&b)
+            free(w)
+            raise
+        w.setup_data = b.data
+        w.setup_size = b.size
+        w.bootstrap = c_strdup(PyBytes_AS_STRING(boot), PyBytes_GET_SIZE(boot))
+        w.max_tasks = max_tasks
+        w.q = queue.q
+        pthread_mutex_lock(&w.q.mu)
+        w.q.refs += 1
+        pthread_mutex_unlock(&w.q.mu)
+        self.queue = queue
+        self.w = w
+
+    def __dealloc__(self):
+        cdef WorkerState* w = self.w
+        cdef bint free_now
+        if w == NULL:
+            return
+        self.w = NULL
+        if w.state == W_NEW:
+            worker_free(w)
+            return
+        asi_registry_lock()
+        free_now = w.closed
+        if not free_now:
+            w.orphan = 1
+        asi_registry_unlock()
+        if free_now:
+            worker_free(w)
+
+    def start(self):
+        """Create the interpreter and its thread; wait until setup ran.
+
+        Returns None when ready, else what went wrong: the encoded exception
+        description from setup, or a text when the worker failed earlier. A
+        failed worker is already torn down.
+        """
+        global asi_serial_counter, asi_live_head
+        cdef WorkerState* w = self.w
+        cdef pthread_attr_t attr
+        cdef int rc
+        if w.state != W_NEW:
+            raise RuntimeError("aiosubinterp: Worker.start() called twice")
+        w.state = W_STARTING
+        try:
+            interp_create(w)
+        except BaseException:
+            w.state = W_NEW
+            raise
+        asi_registry_lock()
+        asi_serial_counter += 1
+        w.serial = asi_serial_counter
+        w.next_live = <WorkerState*>asi_live_head
+        asi_live_head = <void*>w
+        asi_registry_unlock()
+        pthread_mutex_lock(&w.q.mu)
+        w.next_in_queue = w.q.workers
+        w.q.workers = w
+        pthread_mutex_unlock(&w.q.mu)
+        pthread_attr_init(&attr)
+        pthread_attr_setstacksize(&attr, ASI_WORKER_STACK_SIZE)
+        rc = pthread_create(&w.thread, &attr, worker_thread_main, w)
+        pthread_attr_destroy(&attr)
+        if rc != 0:
+            w.state = W_FAILED
+            w.exited = 1
+            self.close()
+            raise OSError(rc, "aiosubinterp: could not start a worker thread")
+        w.thread_started = 1
+        # GIL: main -> none (setup runs on the worker; never wait holding the main GIL)
+        with nogil:
+            pthread_mutex_lock(&w.q.mu)
+            while w.state == W_STARTING:
+                pthread_cond_wait(&w.q.state_cv, &w.q.mu)
+            pthread_mutex_unlock(&w.q.mu)
+        # GIL: none -> main
+        if w.state == W_READY:
+            return None
+        if w.error_data != NULL:
+            failure = decode_blob(w.error_data, w.error_size)
+        elif w.error_text != NULL:
+            failure = w.error_text.decode("utf-8", "replace")
+        else:
+            failure = "the worker exited during start-up"
+        self.close()
+        return failure
+
+    def stop(self):
+        """Ask the worker to exit once idle, without waiting (it serves no more jobs)."""
+        cdef WorkerState* w = self.w
+        pthread_mutex_lock(&w.q.mu)
+        w.stop = 1
+        pthread_cond_broadcast(&w.q.cv)
+        pthread_mutex_unlock(&w.q.mu)
+
+    def interrupt(self, uint64_t tid):
+        """Raise KeyboardInterrupt inside task tid if this worker still runs it.
+
+        Blocks for up to one switch interval (about 5 ms) of the worker.
+        Returns True if the exception was injected.
+        """
+        cdef WorkerState* w = self.w
+        cdef bint hit = False
+        pthread_mutex_lock(&w.q.mu)
+        if w.closing or w.exited or w.state != W_READY or w.current_tid != tid:
+            pthread_mutex_unlock(&w.q.mu)
+            return False
+        w.ops += 1
+        pthread_mutex_unlock(&w.q.mu)
+        # GIL: main -> none (interp_interrupt attaches to the worker's interpreter)
+        with nogil:
+            hit = interp_interrupt(w, tid)
+            pthread_mutex_lock(&w.q.mu)
+            w.ops -= 1
+            pthread_cond_broadcast(&w.q.state_cv)
+            pthread_mutex_unlock(&w.q.mu)
+        # GIL: none -> main
+        return hit
+
+    def wait_idle(self, uint64_t tid, double timeout):
+        """Wait until this worker no longer runs task tid. True if it stopped in time."""
+        cdef WorkerState* w = self.w
+        cdef double deadline = asi_monotonic() + timeout
+        cdef bint done
+        # GIL: main -> none
+        with nogil:
+            pthread_mutex_lock(&w.q.mu)
+            while w.current_tid == tid and not w.exited:
+                if asi_cond_wait_until(&w.q.state_cv, &w.q.mu, deadline) == ETIMEDOUT:
+                    break
+            done = w.current_tid != tid or w.exited
+            pthread_mutex_unlock(&w.q.mu)
+        # GIL: none -> main
+        return done
+
+    def wait_exited(self, double timeout):
+        """Wait until the worker thread has finished. True if it did in time."""
+        return worker_wait_exited(self.w, timeout)
+
+    def close(self):
+        """Stop the worker (after its current job), join its thread, destroy its interpreter."""
+        worker_close(self.w)
+
+    @property
+    def serial(self):
+        """Process-unique number of this worker (never reused)."""
+        return self.w.serial
+
+    @property
+    def id(self):
+        """CPython's id of the worker's interpreter (-1 before start)."""
+        return self.w.interp_id if self.w.state != W_NEW else -1
+
+    @property
+    def ident(self):
+        """threading-style ident of the worker's OS thread (0 before it ran)."""
+        return self.w.ident
+
+    @property
+    def current_task(self):
+        """Id of the job it runs now, or 0 when idle."""
+        return self.w.current_tid
+
+    @property
+    def done_tasks(self):
+        return self.w.done_tasks
+
+    @property
+    def state(self):
+        """'new', 'starting', 'ready', 'failed', 'exited' or 'closed'."""
+        cdef WorkerState* w = self.w
+        if w.closed:
+            return "closed"
+        if w.exited and w.state == W_READY:
+            return "exited"
+        return ("new", "starting", "ready", "failed")[w.state]
+
+
+cdef bint worker_wait_exited(WorkerState* w, double timeout) noexcept:
+    cdef double deadline = asi_monotonic() + timeout
+    cdef bint done
+    if not w.thread_started:
+        return True
+    # GIL: main -> none
+    with nogil:
+        pthread_mutex_lock(&w.q.mu)
+        while not w.exited:
+            if asi_cond_wait_until(&w.q.state_cv, &w.q.mu, deadline) == ETIMEDOUT:
+                break
+        done = w.exited
+        pthread_mutex_unlock(&w.q.mu)
+    # GIL: none -> main
+    return done
+
+
+cdef void worker_close(WorkerState* w) noexcept:
+    """Stop, join and destroy. Caller holds the MAIN GIL. Idempotent and race-safe."""
+    cdef bint mine
+    if w == NULL or w.state == W_NEW:
+        return
+    # GIL: main -> none (another closer may be joining; wait for it without the main GIL)
+    with nogil:
+        pthread_mutex_lock(&w.q.mu)
+        mine = not w.closing
+        if mine:
+            w.closing = 1
+            w.stop = 1
+            pthread_cond_broadcast(&w.q.cv)
+        else:
+            while not w.closed:
+                pthread_cond_wait(&w.q.state_cv, &w.q.mu)
+        pthread_mutex_unlock(&w.q.mu)
+        if mine and w.thread_started:
+            # Never join holding the main GIL: the worker may need it to finish.
+            pthread_join(w.thread, NULL)
+        if mine:
+            pthread_mutex_lock(&w.q.mu)
+            while w.ops > 0:
+                pthread_cond_wait(&w.q.state_cv, &w.q.mu)
+            pthread_mutex_unlock(&w.q.mu)
+    # GIL: none -> main
+    if not mine:
+        return
+    queue_detach_worker(w)
+    interp_end(w)
+    registry_unlink(w)
+    pthread_mutex_lock(&w.q.mu)
+    w.closed = 1
+    pthread_cond_broadcast(&w.q.state_cv)
+    pthread_mutex_unlock(&w.q.mu)
+
+
+def _shutdown_all(double grace=5.0):
+    """Exit-time sweep: destroy every live worker so CPython never exits with one.
+
+    Queued jobs are dropped, running ones interrupted; a worker stuck in C code
+    for longer than `grace` seconds is reported and the process exits at once
+    (finalizing with a live interpreter would abort CPython).
+    """
+    cdef WorkerState* w
+    cdef list states = []
+    cdef Py_ssize_t i
+    cdef uint64_t tid
+    cdef bint ok
+    cdef int orphan
+    asi_registry_lock()
+    w = <WorkerState*>asi_live_head
+    while w != NULL:
+        states.append(<Py_ssize_t>w)
+        w = w.next_live
+    asi_registry_unlock()
+    if not states:
+        return 0
+    for i in range(len(states)):
+        w = <WorkerState*><Py_ssize_t>states[i]
+        pthread_mutex_lock(&w.q.mu)
+        w.q.closed = 1
+        w.stop = 1
+        pthread_cond_broadcast(&w.q.cv)
+        pthread_mutex_unlock(&w.q.mu)
+    for i in range(len(states)):
+        w = <WorkerState*><Py_ssize_t>states[i]
+        if worker_wait_exited(w, 0.05):
+            continue
+        pthread_mutex_lock(&w.q.mu)
+        tid = w.current_tid
+        ok = not (w.closing or w.exited or w.state != W_READY or tid == 0)
+        if ok:
+            w.ops += 1
+        pthread_mutex_unlock(&w.q.mu)
+        if ok:
+            with nogil:  # GIL: main -> none -> main
+                interp_interrupt(w, tid)
+                pthread_mutex_lock(&w.q.mu)
+                w.ops -= 1
+                pthread_cond_broadcast(&w.q.state_cv)
+                pthread_mutex_unlock(&w.q.mu)
+    for i in range(len(states)):
+        w = <WorkerState*><Py_ssize_t>states[i]
+        if not worker_wait_exited(w, grace):
+            import os, sys
+            sys.stderr.write(
+                f"aiosubinterp: interpreter {w.interp_id} is still running a task at exit "
+                f"{grace:g}s after it was interrupted (blocked in C code?); exiting now "
+                "without finalizing, because CPython aborts when it exits with a live "
+                "interpreter.\n")
+            sys.stderr.flush()
+            os._exit(70)
+    for i in range(len(states)):
+        w = <WorkerState*><Py_ssize_t>states[i]
+        worker_close(w)
+        asi_registry_lock()
+        orphan = w.orphan
+        asi_registry_unlock()
+        if orphan:
+            worker_free(w)
+    return len(states)

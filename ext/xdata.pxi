@@ -1,0 +1,258 @@
+# xdata.pxi: moving data between interpreters.
+#
+# A value crosses as a self-contained C blob (malloc'd, no Python object
+# inside), written under the sender's GIL and read under the receiver's GIL,
+# which builds its own objects from it. Exact builtin immutables get a native
+# tag; everything else is one pickle (protocol 5) per non-native item.
+#
+# Layout: one tag byte, then a tag-specific body. Lengths and counts are
+# int64 in native byte order (both sides are the same process).
+
+cdef enum:
+    TAG_NONE = 78        # 'N'
+    TAG_TRUE = 84        # 'T'
+    TAG_FALSE = 70       # 'F'
+    TAG_INT = 105        # 'i': int64
+    TAG_BIGINT = 73      # 'I': length + little-endian two's complement bytes
+    TAG_FLOAT = 102      # 'f': double
+    TAG_COMPLEX = 99     # 'c': two doubles
+    TAG_STR = 115        # 's': length + UTF-8
+    TAG_STR_SURROGATE = 83  # 'S': length + UTF-8 with surrogatepass
+    TAG_BYTES = 98       # 'b': length + bytes
+    TAG_TUPLE = 116      # 't': count + items
+    TAG_FROZENSET = 122  # 'z': count + items
+    TAG_PICKLE = 112     # 'p': length + pickle protocol 5
+
+cdef enum:
+    # Native nesting deeper than this is pickled as a whole instead, so the C
+    # stack of the encoder stays bounded whatever the input.
+    MAX_NATIVE_DEPTH = 64
+
+
+cdef struct Buf:
+    char* data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+
+cdef int buf_reserve(Buf* b, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t need = b.size + extra
+    cdef Py_ssize_t cap
+    cdef char* p
+    if need <= b.cap:
+        return 0
+    cap = b.cap * 2 if b.cap else 128
+    if cap < need:
+        cap = need
+    p = <char*>realloc(b.data, cap)
+    if p == NULL:
+        raise MemoryError("aiosubinterp: out of memory while encoding a value")
+    b.data = p
+    b.cap = cap
+    return 0
+
+
+cdef inline int buf_put(Buf* b, const void* src, Py_ssize_t n) except -1:
+    buf_reserve(b, n)
+    memcpy(b.data + b.size, src, n)
+    b.size += n
+    return 0
+
+
+cdef inline int buf_tag(Buf* b, unsigned char tag) except -1:
+    buf_reserve(b, 1)
+    b.data[b.size] = <char>tag
+    b.size += 1
+    return 0
+
+
+cdef inline int buf_i64(Buf* b, int64_t v) except -1:
+    return buf_put(b, &v, 8)
+
+
+cdef inline int buf_sized(Buf* b, unsigned char tag, const char* p, Py_ssize_t n) except -1:
+    buf_tag(b, tag)
+    buf_i64(b, n)
+    return buf_put(b, p, n)
+
+
+cdef inline void buf_free(Buf* b) noexcept nogil:
+    free(b.data)
+    b.data = NULL
+    b.size = 0
+    b.cap = 0
+
+
+cdef int encode_pickled(Buf* b, object obj) except -1:
+    cdef bytes data = _marshal_module.dumps(obj)
+    return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+
+
+cdef int encode_obj(Buf* b, object obj, int depth) except -1:
+    cdef type t = type(obj)
+    cdef long long v
+    cdef int overflow = 0
+    cdef double d
+    cdef Py_ssize_t n
+    cdef const char* s
+    if obj is None:
+        return buf_tag(b, TAG_NONE)
+    if t is bool:
+        return buf_tag(b, TAG_TRUE if obj else TAG_FALSE)
+    if t is int:
+        v = PyLong_AsLongLongAndOverflow(obj, &overflow)
+        if overflow == 0:
+            buf_tag(b, TAG_INT)
+            return buf_i64(b, v)
+        raw = (<object>obj).to_bytes(((<object>obj).bit_length() + 8) // 8, "little", signed=True)
+        return buf_sized(b, TAG_BIGINT, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+    if t is float:
+        d = obj
+        buf_tag(b, TAG_FLOAT)
+        return buf_put(b, &d, 8)
+    if t is str:
+        s = PyUnicode_AsUTF8AndSize(<PyObject*>obj, &n)
+        if s == NULL:
+            # Lone surrogates have no UTF-8 form; carry them with surrogatepass.
+            PyErr_Clear()
+            raw = (<str>obj).encode("utf-8", "surrogatepass")
+            return buf_sized(b, TAG_STR_SURROGATE, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+        return buf_sized(b, TAG_STR, s, n)
+    if t is bytes:
+        return buf_sized(b, TAG_BYTES, PyBytes_AS_STRING(obj), PyBytes_GET_SIZE(obj))
+    if t is tuple and depth < MAX_NATIVE_DEPTH:
+        buf_tag(b, TAG_TUPLE)
+        buf_i64(b, PyTuple_GET_SIZE(obj))
+        for item in <tuple>obj:
+            encode_obj(b, item, depth + 1)
+        return 0
+    if t is frozenset and depth < MAX_NATIVE_DEPTH:
+        buf_tag(b, TAG_FROZENSET)
+        buf_i64(b, len(<frozenset>obj))
+        for item in <frozenset>obj:
+            encode_obj(b, item, depth + 1)
+        return 0
+    if t is complex:
+        buf_tag(b, TAG_COMPLEX)
+        d = (<complex>obj).real
+        buf_put(b, &d, 8)
+        d = (<complex>obj).imag
+        return buf_put(b, &d, 8)
+    return encode_pickled(b, obj)
+
+
+cdef int encode_into(Buf* b, object obj) except -1:
+    """Encode obj into b (appending). On error b keeps its memory; the caller frees it."""
+    return encode_obj(b, obj, 0)
+
+
+cdef struct Reader:
+    const char* p
+    const char* end
+
+
+cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
+    if n < 0 or r.end - r.p < n:
+        raise ValueError("aiosubinterp: corrupt transfer data (truncated); please report this bug")
+    return 0
+
+
+cdef inline int64_t rd_i64(Reader* r) except? -1:
+    cdef int64_t v
+    rd_need(r, 8)
+    memcpy(&v, r.p, 8)
+    r.p += 8
+    return v
+
+
+cdef inline double rd_f64(Reader* r) except? -1.0:
+    cdef double v
+    rd_need(r, 8)
+    memcpy(&v, r.p, 8)
+    r.p += 8
+    return v
+
+
+cdef object decode_obj(Reader* r):
+    cdef unsigned char tag
+    cdef int64_t n, i
+    cdef const char* start
+    cdef double re_part
+    cdef tuple tup
+    rd_need(r, 1)
+    tag = <unsigned char>r.p[0]
+    r.p += 1
+    if tag == TAG_NONE:
+        return None
+    if tag == TAG_TRUE:
+        return True
+    if tag == TAG_FALSE:
+        return False
+    if tag == TAG_INT:
+        return PyLong_FromLongLong(rd_i64(r))
+    if tag == TAG_FLOAT:
+        return PyFloat_FromDouble(rd_f64(r))
+    if tag == TAG_COMPLEX:
+        re_part = rd_f64(r)
+        return complex(re_part, rd_f64(r))
+    if tag == TAG_TUPLE:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        tup = PyTuple_New(n)
+        for i in range(n):
+            item = decode_obj(r)
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(tup, i, item)
+        return tup
+    if tag == TAG_FROZENSET:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        return frozenset([decode_obj(r) for i in range(n)])
+    n = rd_i64(r)
+    rd_need(r, n)
+    start = r.p
+    r.p += n
+    if tag == TAG_STR:
+        return PyUnicode_DecodeUTF8(start, n, NULL)
+    if tag == TAG_BYTES:
+        return PyBytes_FromStringAndSize(start, n)
+    if tag == TAG_PICKLE:
+        return _marshal_module.loads(PyBytes_FromStringAndSize(start, n))
+    if tag == TAG_STR_SURROGATE:
+        return PyUnicode_DecodeUTF8(start, n, "surrogatepass")
+    if tag == TAG_BIGINT:
+        return int.from_bytes(PyBytes_FromStringAndSize(start, n), "little", signed=True)
+    raise ValueError(f"aiosubinterp: corrupt transfer data (tag {tag}); please report this bug")
+
+
+cdef object decode_blob(const char* data, Py_ssize_t size):
+    cdef Reader r
+    r.p = data
+    r.end = data + size
+    value = decode_obj(&r)
+    if r.p != r.end:
+        raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+    return value
+
+
+def dumps(obj):
+    """Encode obj exactly as it would cross to another interpreter (for tests and benchmarks)."""
+    cdef Buf b
+    b.data = NULL
+    b.size = 0
+    b.cap = 0
+    try:
+        encode_into(&b, obj)
+        return PyBytes_FromStringAndSize(b.data, b.size)
+    finally:
+        buf_free(&b)
+
+
+def loads(data):
+    """Decode what dumps() produced, building new objects in this interpreter."""
+    cdef bytes raw = data if type(data) is bytes else bytes(data)
+    if not raw:
+        raise ValueError("aiosubinterp.loads: empty input")
+    return decode_blob(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
