@@ -100,5 +100,6 @@ def rebuild(info: tuple) -> BaseException:
         # loop): delivered as a plain failure, never re-raised as themselves.
         wrapper.args = (f"the task raised {type_name}({message}) in its interpreter",)
         return wrapper
-    exc.__cause__ = wrapper
+    if tb_text:
+        exc.__cause__ = wrapper
     return exc

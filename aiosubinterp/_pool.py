@@ -192,8 +192,10 @@ class _Engine:
         errors = [err for _, err in results if err is not None]
         workers = [w for w, _ in results if w is not None]
         with self._lock:
-            if not errors and self._state == "starting":
-                self._state = "running"
+            if not errors:
+                # Also when closing meanwhile: the workers drain the queue first.
+                if self._state == "starting":
+                    self._state = "running"
                 for w in workers:
                     self._workers[w.serial] = w
                 workers = []
@@ -213,8 +215,6 @@ class _Engine:
             self._queue.fail_queued(describe_exception(broken))
             self._started.set_exception(broken)
         else:
-            for w in workers:  # closed while starting
-                w.close()
             self._started.set_result(None)
 
     async def start(self) -> None:
@@ -261,7 +261,7 @@ class _Engine:
             if not workers:
                 break
             for w in workers:
-                w.close()
+                w.close(drain=True)
         self._finish_close()
 
     def _finish_close(self) -> None:

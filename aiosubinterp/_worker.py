@@ -34,10 +34,12 @@ def describe_exception(exc: BaseException) -> tuple:
         message = str(exc)
     except Exception:  # noqa: BLE001
         message = f"<unprintable {tp.__qualname__}>"
-    try:
-        tb_text = "".join(traceback.format_exception(exc))
-    except Exception:  # noqa: BLE001
-        tb_text = ""
+    tb_text = ""
+    if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
+        try:
+            tb_text = "".join(traceback.format_exception(exc))
+        except Exception:  # noqa: BLE001
+            pass
     try:
         _marshal.loads(_marshal.dumps(exc))  # only send what can be rebuilt
         carried: object = _PickledException(exc)

@@ -2,8 +2,8 @@
 #
 # Every switch says which interpreter's GIL the calling thread holds before
 # and after it ("main", "sub" = the worker's own interpreter, "none").
-# No PyGILState_* and no `with gil` anywhere: on a thread that has attached
-# to several interpreters, PyGILState picks whichever it saw last.
+# No GIL-state API calls and no `with gil` anywhere: on a thread that has attached
+# to several interpreters, the GIL-state API picks whichever it saw last.
 
 
 cdef int interp_create(WorkerState* w) except -1:

@@ -610,9 +610,13 @@ cdef class Worker:
         """Wait until the worker thread has finished. True if it did in time."""
         return worker_wait_exited(self.w, timeout)
 
-    def close(self):
-        """Stop the worker (after its current job), join its thread, destroy its interpreter."""
-        worker_close(self.w)
+    def close(self, bint drain=False):
+        """Stop the worker, join its thread, destroy its interpreter.
+
+        The worker finishes its current job first; with drain=True and a
+        closed queue it also serves every job still queued.
+        """
+        worker_close(self.w, drain)
 
     @property
     def serial(self):
@@ -666,7 +670,7 @@ cdef bint worker_wait_exited(WorkerState* w, double timeout) noexcept:
     return done
 
 
-cdef void worker_close(WorkerState* w) noexcept:
+cdef void worker_close(WorkerState* w, bint drain) noexcept:
     """Stop, join and destroy. Caller holds the MAIN GIL. Idempotent and race-safe."""
     cdef bint mine
     if w == NULL or w.state == W_NEW:
@@ -677,7 +681,8 @@ cdef void worker_close(WorkerState* w) noexcept:
         mine = not w.closing
         if mine:
             w.closing = 1
-            w.stop = 1
+            if not (drain and w.q.closed):
+                w.stop = 1
             pthread_cond_broadcast(&w.q.cv)
         else:
             while not w.closed:
@@ -761,7 +766,7 @@ def _shutdown_all(double grace=5.0):
             os._exit(70)
     for i in range(len(states)):
         w = <WorkerState*><Py_ssize_t>states[i]
-        worker_close(w)
+        worker_close(w, False)
         asi_registry_lock()
         orphan = w.orphan
         asi_registry_unlock()

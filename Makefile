@@ -1,0 +1,132 @@
+# Thin wrappers around venvs, pip, setuptools and pytest.
+#
+#   make test     build .venv-3.13 and .venv-3.12, run all tests on each
+#   make demo     run `python -m aiosubinterp demo` on 3.13
+#   make bench    run every benchmarks/bench_*.py on 3.13
+#   make venv     only build the venvs (and the extension in place)
+#   make clean    remove venvs, build products and stamps
+#
+# Variables: PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
+# PYTHON_VERSIONS (default "3.13 3.12"), TEST_WALL_TIMEOUT (seconds per
+# pytest run, 0 = none), and setup.py's AIOSUBINTERP_DEBUG=1 /
+# AIOSUBINTERP_SANITIZE=address (a change of either rebuilds the extension).
+#
+# Per venv, two stamps:
+#   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
+#                        names (build requirements, dependencies, test and bench
+#                        extras); redone when pyproject.toml changes
+#   .venv-X/.ext.stamp   `pip install -e .` of the project, which builds
+#                        aiosubinterp/_core*.so in place; redone when ext/,
+#                        setup.py, pyproject.toml or the build switches change
+# so a second `make test` installs and compiles nothing.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+# Both versions generate the same ext/_core.c: never build them concurrently.
+.NOTPARALLEL:
+# Stamps reached only through pattern rules are "intermediate": keep them.
+.SECONDARY:
+
+PYTHON_VERSIONS ?= 3.13 3.12
+DEMO_PYTHON ?= 3.13
+EXTRAS ?= test,bench
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+# Backstop for a hang that pytest-timeout cannot interrupt (a deadlock in C
+# with the main GIL held): kill the pytest run after this many seconds.
+TEST_WALL_TIMEOUT ?= 2100
+
+EXT_SOURCES := $(wildcard ext/*.pyx ext/*.pxi ext/*.pxd ext/includes/*)
+VENVS := $(foreach v,$(PYTHON_VERSIONS),.venv-$(v))
+BUILD_SWITCHES := debug=$(AIOSUBINTERP_DEBUG) sanitize=$(AIOSUBINTERP_SANITIZE)
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Commands that load the extension run under $(RUN_ENV). An ASan build needs
+# the ASan runtime loaded before python (which is not instrumented), and
+# CPython frees too little at exit for leak checking to be useful.
+RUN_ENV :=
+ifeq ($(AIOSUBINTERP_SANITIZE),address)
+RUN_ENV := env LD_PRELOAD=$(shell $(CC) -print-file-name=libasan.so) ASAN_OPTIONS=$(or $(ASAN_OPTIONS),detect_leaks=0)
+endif
+
+# Prints pyproject.toml's build requirements, dependencies and the extras
+# named in argv[1] (comma-separated), one per line; skips self-references.
+REQUIREMENTS_PY = import sys, tomllib; \
+    p = tomllib.load(open("pyproject.toml", "rb")); \
+    extras = [e for e in sys.argv[1].split(",") if e]; \
+    reqs = p["build-system"]["requires"] + p["project"].get("dependencies", []) \
+        + [r for e in extras for r in p["project"]["optional-dependencies"][e]]; \
+    print("\n".join(r for r in reqs if not r.lower().startswith("aiosubinterp")))
+
+.PHONY: test venv demo bench clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
+
+venv: $(foreach v,$(PYTHON_VERSIONS),.venv-$(v)/.ext.stamp)
+
+$(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
+
+# Create the venv (or recreate it if its interpreter is gone or is another
+# version), then install every third-party package the project names in
+# pyproject.toml: build requirements, dependencies and the $(EXTRAS) extras.
+# The project itself is installed by .ext.stamp.
+.venv-%/.deps.stamp: pyproject.toml
+	@if ! .venv-$*/bin/python -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$*")' 2>/dev/null; then \
+	    py="$$(bash scripts/find-python.sh $*)"; \
+	    echo "creating .venv-$* with $$py ($$("$$py" -V))"; \
+	    "$$py" -m venv --clear .venv-$*; \
+	fi
+	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' '$(EXTRAS)' > .venv-$*/requirements.txt
+	.venv-$*/bin/python -m pip install -r .venv-$*/requirements.txt
+	@touch $@
+
+# Rewritten only when the build switches differ from the last build's.
+.venv-%/.build-switches: .venv-%/.deps.stamp FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(BUILD_SWITCHES)" ]; then echo "$(BUILD_SWITCHES)" > $@; fi
+
+# Editable install of the project: builds aiosubinterp/_core*.so in place
+# (setuptools copies it into the source tree), puts the project root on the
+# venv's sys.path (a static .pth, also seen by subinterpreters) and installs
+# the console script. No build isolation: the venv's setuptools and Cython.
+# Cython regenerates ext/_core.c only when a .pyx/.pxi/.pxd changed; the C
+# file is compiled afresh each time (one translation unit).
+.venv-%/.ext.stamp: .venv-%/.deps.stamp .venv-%/.build-switches pyproject.toml setup.py $(EXT_SOURCES)
+	.venv-$*/bin/python -m pip install -v --no-build-isolation --no-deps -e .
+	$(RUN_ENV) .venv-$*/bin/python -c 'import aiosubinterp._core as m; print("built", m.__file__)'
+	@touch $@
+
+# Runs every version even if one fails; fails if any failed. pytest exit 5
+# ("no tests ran") is a failure too.
+test: venv
+	@failed=""; \
+	for v in $(PYTHON_VERSIONS); do \
+	    echo "=== pytest on Python $$v ($$(.venv-$$v/bin/python -V)) ==="; \
+	    rc=0; \
+	    $(RUN_ENV) timeout --foreground -k 30 $(TEST_WALL_TIMEOUT) .venv-$$v/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	    case $$rc in \
+	        0) ;; \
+	        5) echo "ERROR: pytest on Python $$v collected no tests (exit 5)"; failed="$$failed $$v";; \
+	        124|137) echo "ERROR: pytest on Python $$v killed after $(TEST_WALL_TIMEOUT) s (exit $$rc)"; failed="$$failed $$v";; \
+	        *) echo "ERROR: pytest on Python $$v failed (exit $$rc)"; failed="$$failed $$v";; \
+	    esac; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED on Python:$$failed"; exit 1; fi
+
+demo: .venv-$(DEMO_PYTHON)/.ext.stamp
+	$(RUN_ENV) .venv-$(DEMO_PYTHON)/bin/python -m aiosubinterp demo
+
+bench: .venv-$(DEMO_PYTHON)/.ext.stamp
+	@shopt -s nullglob; benches=(benchmarks/bench_*.py); \
+	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks/bench_*.py found"; exit 1; fi; \
+	failed=""; \
+	for b in "$${benches[@]}"; do \
+	    echo "=== $$b ==="; \
+	    $(RUN_ENV) .venv-$(DEMO_PYTHON)/bin/python "$$b" $(BENCH_ARGS) || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+
+clean:
+	rm -rf .venv-3.13 .venv-3.12 $(VENVS) build *.egg-info
+	rm -f aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
+
+FORCE:

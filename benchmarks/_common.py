@@ -1,0 +1,714 @@
+"""Harness shared by the ``benchmarks/bench_*.py`` scripts (not a benchmark itself).
+
+Every benchmark script is its own parent and its own children: the parent
+runs ``python bench_x.py --contender NAME --params JSON`` once per contender
+and round, in a fresh process each time, and reads back one JSON line that
+starts with ``RESULT_MARK``. Rounds visit the contenders in a rotated order,
+so a burst of outside load does not always hit the same one.
+
+What lives here: the command line, spawning and reading children, statistics
+(medians, p99), CPU accounting of the process tree and of the whole machine
+(to tell how noisy a run was), memory probes, the event-loop choice, a
+uniform "runner" over the contenders (aiosubinterp, to_thread, process pools,
+anyio.to_interpreter, aiomultiprocess), and the markdown table printer.
+
+Worker code is in ``_work.py``; this module imports asyncio and is never
+imported inside an interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import _work
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULT_MARK = "@@bench-result "
+LOOPS = ("asyncio", "uvloop")
+WORKERS = 2
+
+# --------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), interpolating between closest ranks."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    pos = (len(data) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0, "p50": math.nan, "p99": math.nan, "mean": math.nan,
+                "min": math.nan, "max": math.nan}
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "mean": sum(values) / len(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float:
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return math.nan
+    return a / b
+
+
+# ------------------------------------------------------------- CPU and memory
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _cpu_ticks(pid: int) -> tuple[int, int]:
+    """(utime+stime, cutime+cstime) of a process in clock ticks; (0, 0) if it is gone."""
+    text = _read(f"/proc/{pid}/stat")
+    if text is None:
+        return 0, 0
+    fields = text[text.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """All live descendants of pid (default: this process), via /proc/<pid>/task/*/children."""
+    root = os.getpid() if pid is None else pid
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            text = _read(f"/proc/{p}/task/{tid}/children") or ""
+            for child in text.split():
+                c = int(child)
+                if c not in found:
+                    found.append(c)
+                    todo.append(c)
+    return found
+
+
+def tree_cpu() -> float:
+    """CPU seconds used by this process (all threads), its reaped children, and live descendants."""
+    _, reaped = _cpu_ticks(os.getpid())
+    total = time.process_time() + reaped / _TICK
+    for pid in descendants():
+        own, theirs = _cpu_ticks(pid)
+        total += (own + theirs) / _TICK
+    return total
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine since boot, from /proc/stat."""
+    text = _read("/proc/stat") or "cpu 0 0 0 0"
+    values = [int(v) for v in text.splitlines()[0].split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def ncpu() -> int:
+    return os.cpu_count() or 1
+
+
+class Meter:
+    """Wall time, CPU time of our process tree, and what the rest of the machine used.
+
+    ``other_cores`` is the number of cores kept busy by processes outside our
+    tree during the window (/proc/stat busy time minus ours): the noise from
+    whatever else runs on the machine.
+    """
+
+    def __enter__(self) -> Meter:
+        self._m0 = _machine_ticks()
+        self._c0 = tree_cpu()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._t0
+        self.cpu = tree_cpu() - self._c0
+        m1 = _machine_ticks()
+        busy, total = m1[0] - self._m0[0], m1[1] - self._m0[1]
+        machine_cores = ncpu() * busy / total if total > 0 else math.nan
+        self.cpu_per_wall = self.cpu / self.wall if self.wall > 0 else math.nan
+        self.other_cores = max(0.0, machine_cores - self.cpu_per_wall)
+
+    def result(self) -> dict[str, float]:
+        return {"wall": self.wall, "cpu": self.cpu, "cpu_per_wall": self.cpu_per_wall,
+                "other_cores": self.other_cores}
+
+
+def _status_kib(pid: int | str, key: str, name: str = "status") -> int:
+    text = _read(f"/proc/{pid}/{name}") or ""
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """Resident set size (VmRSS) in KiB."""
+    return _status_kib(pid, "VmRSS")
+
+
+def pss_kib(pid: int | str = "self") -> int:
+    """Proportional set size (shared pages divided among sharers) in KiB."""
+    return _status_kib(pid, "Pss", "smaps_rollup")
+
+
+def tree_memory() -> dict[str, int]:
+    """RSS and PSS (KiB) of this process and, separately, of all its live descendants."""
+    kids = descendants()
+    return {
+        "rss_self": rss_kib(),
+        "pss_self": pss_kib(),
+        "rss_children": sum(rss_kib(p) for p in kids),
+        "pss_children": sum(pss_kib(p) for p in kids),
+        "children": len(kids),
+    }
+
+
+# ---------------------------------------------------------------- event loops
+
+
+def run_async(main: Callable[[], Awaitable[Any]], loop: str, *, anyio_runner: bool = False) -> Any:
+    """Run main() on a fresh event loop of the chosen kind (asyncio.run, or anyio.run)."""
+    if anyio_runner:
+        import anyio
+
+        options = {"use_uvloop": True} if loop == "uvloop" else {}
+        return anyio.run(main, backend="asyncio", backend_options=options)
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    return asyncio.run(main(), loop_factory=factory)  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------- runners
+
+POOL_KINDS = (
+    "aiosubinterp",
+    "to_thread",
+    "procpool-fork",
+    "procpool-forkserver",
+    "anyio.to_interpreter",
+    "aiomultiprocess",
+)
+
+
+@dataclasses.dataclass
+class Runner:
+    """One contender's way of running fn(*args) on a worker, seen from the event loop.
+
+    ``run(fn, *args)`` is what a user awaits for one call; ``submit(fn, *args)``
+    returns an awaitable suited to ``asyncio.gather`` of many calls.
+    """
+
+    kind: str
+    run: Callable[..., Awaitable[Any]]
+    submit: Callable[..., Awaitable[Any]]
+    info: str = ""
+
+
+def needs_anyio_runner(kind: str) -> bool:
+    return kind == "anyio.to_interpreter"
+
+
+@contextlib.asynccontextmanager
+async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
+                      preload: Sequence[str] = (), warm: bool = True) -> AsyncIterator[Runner]:
+    """Start `workers` workers of the given kind; with warm=True, make each run one task first."""
+    ev = asyncio.get_running_loop()
+    if kind == "aiosubinterp":
+        import aiosubinterp
+
+        async with aiosubinterp.InterpreterPool(size=workers, preload=tuple(preload)) as pool:
+            runner = Runner(kind, pool.run, pool.submit, f"InterpreterPool(size={workers})")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+    elif kind == "to_thread":
+        import concurrent.futures
+
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+        ev.set_default_executor(executor)
+        runner = Runner(kind, asyncio.to_thread, asyncio.to_thread,
+                        f"default executor = ThreadPoolExecutor({workers})")
+        if warm:
+            await _warm(runner, workers)
+        yield runner
+    elif kind.startswith("procpool-"):
+        import concurrent.futures
+        import multiprocessing
+
+        method = kind.split("-", 1)[1]
+        executor = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context(method))
+
+        def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return ev.run_in_executor(executor, fn, *args)
+
+        try:
+            runner = Runner(kind, call, call, f"ProcessPoolExecutor({workers}, {method}), "
+                            "loop.run_in_executor")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+        finally:
+            executor.shutdown(wait=True)
+    elif kind == "anyio.to_interpreter":
+        import anyio
+        import anyio.to_interpreter
+
+        limiter = anyio.CapacityLimiter(workers)
+
+        def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return anyio.to_interpreter.run_sync(fn, *args, limiter=limiter)
+
+        runner = Runner(kind, call, call, f"anyio {anyio_version()} to_interpreter.run_sync, "
+                        f"CapacityLimiter({workers}), anyio.run(backend='asyncio')")
+        if warm:
+            await _warm(runner, workers)
+        yield runner
+    elif kind == "aiomultiprocess":
+        import aiomultiprocess
+
+        init = None
+        if loop == "uvloop":
+            import uvloop
+
+            init = uvloop.new_event_loop
+        async with aiomultiprocess.Pool(processes=workers, loop_initializer=init) as pool:
+
+            def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+                # aiomultiprocess runs coroutine functions only: use fn's async twin.
+                return pool.apply(getattr(_work, "a" + fn.__name__), args)
+
+            runner = Runner(kind, call, call, f"aiomultiprocess.Pool({workers}) (spawn), "
+                            "async twins of the functions")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+    else:
+        raise ValueError(f"unknown contender kind {kind!r}")
+
+
+async def _warm(runner: Runner, workers: int) -> None:
+    """Make every worker run a task (start-up and imports are then out of the way)."""
+    await asyncio.gather(*(runner.submit(_work.nap, 0.05) for _ in range(workers)))
+
+
+def anyio_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("anyio")
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+# ------------------------------------------------------------------ reporting
+
+
+@dataclasses.dataclass
+class Target:
+    """One line of DESIGN.md's table, measured: ``measured op limit`` passes."""
+
+    what: str
+    measured: float
+    op: str  # "<=", "<" or ">="
+    limit: float
+    unit: str = "x"
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.measured is None or math.isnan(self.measured):
+            return "n/a"
+        ok = {"<=": self.measured <= self.limit, "<": self.measured < self.limit,
+              ">=": self.measured >= self.limit}[self.op]
+        return "PASS" if ok else "MISS"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "measured": self.measured, "op": self.op,
+                "limit": self.limit, "unit": self.unit, "verdict": self.verdict,
+                "note": self.note}
+
+
+@dataclasses.dataclass
+class Report:
+    """What a benchmark's report() returns: tables, targets, notes, a JSON summary."""
+
+    tables: list[tuple[str, list[str], list[list[str]]]]
+    targets: list[Target]
+    notes: list[str]
+    summary: dict[str, Any]
+
+
+def fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float) and value != 0 and abs(value) < 10 ** -digits * 5:
+        return f"{value:.2g}{suffix}"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def fmt_ratio(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    if value < 0.1:
+        return f"{value:.3f}x"
+    return f"{value:.2f}x"
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    right = [i > 0 for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, cell in enumerate(cells):
+            out.append(cell.rjust(widths[i]) if right[i] else cell.ljust(widths[i]))
+        return "| " + " | ".join(out) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if right[i] else ("-" * (w + 2))
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def targets_table(targets: list[Target]) -> str:
+    rows = []
+    for t in targets:
+        measured = fmt_ratio(t.measured) if t.unit == "x" else fmt(t.measured, 2, " " + t.unit)
+        limit = f"{t.op} {t.limit:g}{'x' if t.unit == 'x' else ' ' + t.unit}"
+        rows.append([t.what, measured, limit, t.verdict, t.note])
+    return markdown_table(["target (DESIGN.md)", "measured", "target", "verdict", "anchor"], rows)
+
+
+def ok_rounds(rounds: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """The successful rounds of a contender, and the first error message if any round failed."""
+    good = [r for r in rounds if "error" not in r]
+    errors = [r["error"] for r in rounds if "error" in r]
+    return good, (errors[0] if errors else None)
+
+
+def error_cell(message: str, limit: int = 90) -> str:
+    message = " ".join(message.split()).replace("|", "/")
+    return "error: " + (message if len(message) <= limit else message[: limit - 1] + "…")
+
+
+def collect(rounds: list[dict[str, Any]], key: str) -> list[float]:
+    """Per-round scalar `key`, or the concatenation of per-round lists `key`."""
+    out: list[float] = []
+    for r in rounds:
+        value = r.get(key)
+        if isinstance(value, list):
+            out.extend(value)
+        elif value is not None:
+            out.append(value)
+    return out
+
+
+# ------------------------------------------------------------------ meta data
+
+
+def cpu_model() -> str:
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def _loadavg() -> str:
+    return " ".join((_read("/proc/loadavg") or "? ? ?").split()[:3])
+
+
+def _git_rev() -> str:
+    try:
+        out = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _package_version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001
+        return "not installed"
+
+
+def collect_meta(loop: str) -> dict[str, Any]:
+    try:
+        import aiosubinterp
+
+        ours = f"{aiosubinterp.__version__} ({os.path.dirname(aiosubinterp.__file__)})"
+    except Exception as exc:  # noqa: BLE001
+        ours = f"not importable: {exc}"
+    command = shlex.join(["python", *sys.argv])
+    if os.environ.get("PYTHONPATH"):
+        command = f"PYTHONPATH={os.environ['PYTHONPATH']} {command}"
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "cpus": ncpu(),
+        "cpu_model": cpu_model(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "loop": loop if loop == "asyncio" else f"uvloop {_package_version('uvloop')}",
+        "aiosubinterp": ours,
+        "git": _git_rev(),
+        "command": command,
+        "loadavg_start": _loadavg(),
+    }
+
+
+# --------------------------------------------------------------- the harness
+
+
+def _parse_args(doc: str, names: list[str]) -> argparse.Namespace:
+    first = doc.strip().splitlines()[0]
+    parser = argparse.ArgumentParser(description=first, epilog=f"contenders: {', '.join(names)}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="small smoke run (< 20 s): fewer tasks and rounds; numbers are rough")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as one JSON document instead of the tables")
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio",
+                        help="event loop for every contender (default: asyncio)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds over all contenders (each contender once per round, "
+                             "in a fresh process)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated subset of contenders to run")
+    # Internal: how the parent runs one contender in a child process.
+    parser.add_argument("--contender", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.contender is not None and args.contender not in names:
+        parser.error(f"unknown contender {args.contender!r}; choose from {', '.join(names)}")
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            parser.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+        args.only = wanted
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    return args
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def spawn_contender(script: str, name: str, params: dict[str, Any], loop: str,
+                    timeout: float) -> dict[str, Any]:
+    """Run one contender in a fresh `python script --contender name` and return its JSON result."""
+    cmd = [sys.executable, script, "--contender", name, "--loop", loop,
+           "--params", json.dumps(params)]
+    env = dict(os.environ)
+    # Interpreters created by anyio (and processes started by spawn) do not
+    # inherit sys.path[0] (the script's directory): put _work on PYTHONPATH.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
+        out, err = proc.communicate()
+        return {"error": f"hung: killed after {timeout:g} s", "stderr": _tail(err),
+                "returncode": proc.returncode}
+    result = None
+    for line in out.splitlines():
+        if line.startswith(RESULT_MARK):
+            result = json.loads(line[len(RESULT_MARK):])
+    if result is None:
+        last = _tail(err, 1) or "(no output)"
+        return {"error": f"exit code {proc.returncode}: {last}", "stderr": _tail(err),
+                "returncode": proc.returncode}
+    if proc.returncode != 0:
+        # A result was printed, then the process failed (e.g. an abort at exit).
+        result["exit_problem"] = f"exit code {proc.returncode} after the result: {_tail(err, 3)}"
+    return result
+
+
+def main(
+    *,
+    doc: str,
+    title: str,
+    contenders: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]],
+    full: dict[str, Any],
+    quick: dict[str, Any],
+    report: Callable[[dict[str, list[dict[str, Any]]], dict[str, Any]], Report],
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    child_timeout: tuple[float, float] = (120.0, 20.0),
+) -> int:
+    """Entry point of a benchmark script: parent (run every contender) or child (run one).
+
+    Args:
+        doc: the script's docstring (its first line is the --help summary).
+        title: heading of the printed report.
+        contenders: name -> function(params, loop) returning a JSON-able dict,
+            run in the child process.
+        full, quick: parameters for a full and a --quick run; "rounds" is read here.
+        report: turns {name: [result of each round]} into tables and targets.
+        prepare: called in the parent to complete the parameters (calibration).
+        child_timeout: seconds one child may take, (full, quick); then it is killed.
+    """
+    names = list(contenders)
+    args = _parse_args(doc, names)
+    if args.contender is not None:
+        params = json.loads(args.params)
+        try:
+            result = contenders[args.contender](params, args.loop)
+        except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
+            result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        print(RESULT_MARK + json.dumps(result), flush=True)
+        return 0
+
+    params = dict(quick if args.quick else full)
+    if args.rounds is not None:
+        params["rounds"] = args.rounds
+    params["quick"] = args.quick
+    meta = collect_meta(args.loop)
+    if prepare is not None:
+        params = prepare(params)
+    chosen = args.only or names
+    results: dict[str, list[dict[str, Any]]] = {n: [] for n in chosen}
+    timeout = child_timeout[1] if args.quick else child_timeout[0]
+    script = os.path.abspath(sys.argv[0])
+    started = time.perf_counter()
+    rounds = int(params.get("rounds", 1))
+    for r in range(rounds):
+        order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
+        for name in order:
+            print(f"[{title}] round {r + 1}/{rounds}: {name} ...", end="", file=sys.stderr,
+                  flush=True)
+            t0 = time.perf_counter()
+            res = spawn_contender(script, name, params, args.loop, timeout)
+            results[name].append(res)
+            status = f" error: {res['error']}" if "error" in res else ""
+            print(f" {time.perf_counter() - t0:.1f} s{status}", file=sys.stderr, flush=True)
+    meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+    meta["loadavg_end"] = _loadavg()
+    rep = report(results, params)
+    problems = {n: [r.get("exit_problem") for r in rs if r.get("exit_problem")]
+                for n, rs in results.items()}
+    problems = {n: p for n, p in problems.items() if p}
+    errors = {n: [{k: r.get(k) for k in ("error", "traceback", "stderr") if r.get(k)}
+                  for r in rs if "error" in r] for n, rs in results.items()}
+    errors = {n: e for n, e in errors.items() if e}
+    if args.json:
+        print(json.dumps({
+            "benchmark": os.path.basename(script),
+            "title": title,
+            "meta": meta,
+            "params": params,
+            "summary": rep.summary,
+            "targets": [t.as_dict() for t in rep.targets],
+            "errors": errors,
+            "exit_problems": problems,
+            "notes": rep.notes,
+        }, indent=1, default=str))
+        return 0
+    print(render(title, meta, params, rep, errors, problems))
+    return 0
+
+
+def render(title: str, meta: dict[str, Any], params: dict[str, Any], rep: Report,
+           errors: dict[str, Any], problems: dict[str, Any]) -> str:
+    shown = {k: v for k, v in params.items() if k != "quick"}
+    lines = [
+        f"### {title}{' (--quick: rough numbers)' if params.get('quick') else ''}",
+        "",
+        f"- date: {meta['date']}; machine: {meta['cpus']} CPUs, {meta['cpu_model']}; "
+        f"{meta['platform']}",
+        f"- Python: {meta['python']} ({meta['executable']}); loop: {meta['loop']}; "
+        f"aiosubinterp {meta['aiosubinterp']} at git {meta['git']}",
+        f"- command: `{meta['command']}`",
+        f"- parameters: {', '.join(f'{k}={v}' for k, v in shown.items())}",
+        f"- load average at start / end: {meta['loadavg_start']} / {meta['loadavg_end']}; "
+        f"elapsed {meta['elapsed_s']} s",
+        "",
+    ]
+    for heading, headers, rows in rep.tables:
+        if heading:
+            lines += [heading, ""]
+        lines += [markdown_table(headers, rows), ""]
+    if rep.targets:
+        lines += [targets_table(rep.targets), ""]
+    for note in rep.notes:
+        lines.append(f"- {note}")
+    for name, errs in errors.items():
+        first = errs[0]
+        lines.append(f"- {name}: {len(errs)} round(s) failed; first: {first.get('error')}")
+        detail = first.get("traceback") or first.get("stderr")
+        if detail:
+            lines += ["", "```", _tail(detail, 12), "```"]
+    for name, probs in problems.items():
+        lines.append(f"- {name}: {len(probs)} round(s) exited badly after reporting: {probs[0]}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+LOAD_HEADERS = ["CPU/wall", "other load"]
+LOAD_NOTE = (
+    "CPU/wall: CPU seconds used by the contender's process tree (every thread, worker "
+    "processes included) per wall-clock second of the timed part. other load: cores kept "
+    "busy at the same time by processes outside the benchmark (from /proc/stat): the noise "
+    f"on this {ncpu()}-CPU machine. Both are medians over rounds."
+)
+
+
+def load_cells(good: list[dict[str, Any]]) -> list[str]:
+    """CPU/wall and other-load cells (medians over rounds) for a contender's row."""
+    return [fmt(median(collect(good, "cpu_per_wall")), 2),
+            fmt(median(collect(good, "other_cores")), 2)]

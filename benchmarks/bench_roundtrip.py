@@ -1,0 +1,126 @@
+"""Await round trip of a trivial task: how long one `await` of a worker call takes.
+
+Each contender gets 2 workers, does 200 warm-up calls, then 2000 sequential
+``await``s of ``_work.noop(i)`` (returns its argument), each timed on its
+own; we report the median (p50) and p99 of those round trips.
+
+Contenders, each in its own process:
+  aiosubinterp          ``await pool.run(noop, i)`` on InterpreterPool(size=2)
+  to_thread             ``await asyncio.to_thread(noop, i)``, default executor of 2 threads
+  procpool-fork         ``await loop.run_in_executor(ProcessPoolExecutor(2, fork), noop, i)``
+  procpool-forkserver   the same with the forkserver start method
+  anyio.to_interpreter  ``await anyio.to_interpreter.run_sync(noop, i)`` (limiter of 2),
+                        inside ``anyio.run(backend="asyncio")``
+  aiomultiprocess       ``await aiomultiprocess.Pool(2).apply(anoop, (i,))``
+
+DESIGN.md target: p50 round trip <= 0.5 x asyncio.to_thread's and <= 0.1 x the
+process pool's (the faster of fork and forkserver is the anchor).
+
+Run: ``python benchmarks/bench_roundtrip.py [--quick] [--json] [--loop uvloop]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import _common
+import _work
+
+NAMES = [
+    "aiosubinterp",
+    "to_thread",
+    "procpool-fork",
+    "procpool-forkserver",
+    "anyio.to_interpreter",
+    "aiomultiprocess",
+]
+
+
+def contender(kind: str):
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        warmup, n = params["warmup"], params["n"]
+
+        async def body() -> dict[str, Any]:
+            async with _common.open_runner(kind, loop) as runner:
+                call = runner.run
+                for i in range(warmup):
+                    await call(_work.noop, i)
+                samples = [0] * n
+                wrong = 0
+                clock = time.perf_counter_ns
+                with _common.Meter() as meter:
+                    for i in range(n):
+                        t0 = clock()
+                        r = await call(_work.noop, i)
+                        samples[i] = clock() - t0
+                        if r != i:
+                            wrong += 1
+                if wrong:
+                    raise AssertionError(f"{wrong} of {n} calls returned a wrong result")
+                return {"us": [s / 1000 for s in samples], "info": runner.info, **meter.result()}
+
+        return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
+
+    return run
+
+
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    stats: dict[str, dict[str, float]] = {}
+    rows = []
+    infos = []
+    for name, rounds in results.items():
+        good, error = _common.ok_rounds(rounds)
+        if not good:
+            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", ""])
+            continue
+        s = _common.summarize(_common.collect(good, "us"))
+        stats[name] = s
+        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
+        rows.append([name + failed, _common.fmt(s["p50"]), _common.fmt(s["p99"]),
+                     _common.fmt(s["mean"]), "", *_common.load_cells(good)])
+        infos.append(f"{name}: {good[0]['info']}")
+    ours = stats.get("aiosubinterp", {}).get("p50")
+    for row in rows:
+        s = stats.get(row[0])
+        if s is not None and ours:
+            row[4] = _common.fmt_ratio(s["p50"] / ours)
+    headers = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
+               *_common.LOAD_HEADERS]
+
+    def p50(name: str) -> float | None:
+        return stats.get(name, {}).get("p50")
+
+    pools = [n for n in ("procpool-fork", "procpool-forkserver") if p50(n) is not None]
+    best_pool = min(pools, key=lambda n: p50(n)) if pools else None  # type: ignore[arg-type,return-value]
+    targets = [
+        _common.Target("p50 round trip / to_thread's", _common.ratio(ours, p50("to_thread")),
+                       "<=", 0.5, note="asyncio.to_thread, 2 threads"),
+        _common.Target("p50 round trip / process pool's",
+                       _common.ratio(ours, p50(best_pool) if best_pool else None), "<=", 0.1,
+                       note=f"{best_pool or 'process pool'} (the faster pool)"),
+        _common.Target("(info) p50 / anyio.to_interpreter's",
+                       _common.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
+                       note="not a DESIGN.md target"),
+    ]
+    n = params["n"]
+    notes = [
+        f"{n} sequential awaits of noop(i) per round after {params['warmup']} warm-up calls; "
+        f"p50/p99/mean over all {params['rounds']} rounds' samples ({params['rounds'] * n} "
+        "per contender).",
+        _common.LOAD_NOTE,
+        *infos,
+    ]
+    return _common.Report([("", headers, rows)], targets, notes, {"stats": stats})
+
+
+if __name__ == "__main__":
+    sys.exit(_common.main(
+        doc=__doc__,
+        title="bench_roundtrip: await round trip of a trivial task, 2 workers",
+        contenders={name: contender(name) for name in NAMES},
+        full={"n": 2000, "warmup": 200, "rounds": 3},
+        quick={"n": 300, "warmup": 50, "rounds": 1},
+        report=report,
+    ))

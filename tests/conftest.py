@@ -1,0 +1,68 @@
+"""Test set-up: every async test runs on asyncio and on uvloop; nothing may leak."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+
+import pytest
+
+from aiosubinterp import _core
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - the test command installs it
+    uvloop = None
+
+
+def pytest_asyncio_loop_factories(config, item):
+    factories = {"asyncio": asyncio.new_event_loop}
+    if uvloop is not None:
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _settled(check, timeout: float = 5.0) -> bool:
+    # Cleanup happens on helper threads that finish just after the awaiter
+    # resumes: give them a bounded moment to exit.
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _warm_up_loops():
+    # uvloop opens a process-wide pipe the first time a loop runs: open it
+    # before the first fd snapshot so it does not count as a leak.
+    if uvloop is not None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(asyncio.sleep(0))
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(_warm_up_loops):
+    """No interpreter, worker thread or fd outlives the test."""
+    gc.collect()
+    fds = _fds()
+    threads = _threads()
+    yield
+    gc.collect()
+    assert _settled(lambda: not _core.live_workers()), (
+        f"worker interpreters outlived the test: {_core.live_workers()}")
+    assert _settled(lambda: _threads() <= threads), (
+        f"threads outlived the test: {_threads()} > {threads}")
+    assert _settled(lambda: not (_fds() - fds)), f"fds outlived the test: {_fds() - fds}"
+    assert _core.list_interpreter_ids() == [_core.main_interpreter_id()]

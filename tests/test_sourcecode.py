@@ -1,0 +1,40 @@
+"""Source rules for ext/: explicit thread-state switches, each one explained."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+EXT = pathlib.Path(__file__).resolve().parent.parent / "ext"
+SOURCES = sorted(p for p in EXT.rglob("*") if p.suffix in {".pyx", ".pxi", ".pxd", ".h"})
+SWITCHES = re.compile(
+    r"^\s*(?:\w+\s*=\s*)?(PyThreadState_Swap|PyEval_RestoreThread|PyEval_SaveThread|"
+    r"PyThreadState_DeleteCurrent|Py_NewInterpreterFromConfig|Py_EndInterpreter|with nogil)\b"
+)
+
+
+def test_sources_found():
+    assert any(p.name == "_core.pyx" for p in SOURCES)
+    assert len(SOURCES) >= 8
+
+
+def test_no_gilstate_and_no_with_gil():
+    for path in SOURCES:
+        text = path.read_text()
+        assert "PyGILState_" not in text, f"{path.name}: PyGILState_* picks the wrong interpreter"
+        assert not re.search(r"\bwith\s+gil\b", text), f"{path.name}: `with gil` is forbidden"
+
+
+def test_every_thread_state_switch_has_a_gil_comment():
+    missing = []
+    for path in SOURCES:
+        if path.suffix in {".pxd", ".h"}:
+            continue
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not SWITCHES.search(line):
+                continue
+            context = "\n".join(lines[max(0, i - 3): i + 1])
+            if "# GIL:" not in context:
+                missing.append(f"{path.name}:{i + 1}: {line.strip()}")
+    assert not missing, "thread-state switches without a `# GIL:` comment:\n" + "\n".join(missing)

@@ -1,0 +1,126 @@
+"""Functions the tests run inside worker interpreters.
+
+Imported inside workers: no asyncio, no uvloop at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+STATE: dict[str, object] = {}
+
+
+def echo(*args, **kwargs):
+    if kwargs:
+        return args, kwargs
+    return args[0] if len(args) == 1 else args
+
+
+def add(a, b=0, *, c=0):
+    return a + b + c
+
+
+def square(x):
+    return x * x
+
+
+def interp_id():
+    from aiosubinterp import _core
+
+    return _core.current_interpreter_id()
+
+
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def spin_forever():
+    while True:
+        pass
+
+
+def read_fd(fd, n=1):
+    """Block in C (os.read) until the test writes to the pipe."""
+    return os.read(fd, n)
+
+
+def write_then_read(wfd, rfd):
+    """Rendezvous: only completes if the peer task runs at the same time."""
+    os.write(wfd, b"x")
+    return os.read(rfd, 1)
+
+
+def write_fd(fd, data):
+    return os.write(fd, data)
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    def norm2(self):
+        return self.x * self.x + self.y * self.y
+
+
+class CustomError(Exception):
+    pass
+
+
+class NeedsTwoArgs(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+def raise_custom(msg):
+    raise CustomError(msg)
+
+
+def raise_needs_two():
+    raise NeedsTwoArgs(1, 2)
+
+
+def raise_exit(code):
+    raise SystemExit(code)
+
+
+def raise_keyboard():
+    raise KeyboardInterrupt
+
+
+def make_generator():
+    return (i for i in range(3))
+
+
+def set_state(key, value):
+    STATE[key] = value
+
+
+def get_state(key):
+    return STATE.get(key)
+
+
+def fail_init():
+    raise RuntimeError("initializer says no")
+
+
+def main_var(name):
+    return getattr(sys.modules["__main__"], name, None)
+
+
+def imported(name):
+    return name in sys.modules
+
+
+def import_module(name):
+    import importlib
+
+    importlib.import_module(name)
+    return name
