@@ -232,6 +232,7 @@ POOL_KINDS = (
     "procpool-fork",
     "procpool-forkserver",
     "anyio.to_interpreter",
+    "anyio.to_interpreter-ungated",
     "aiomultiprocess",
 )
 
@@ -251,7 +252,7 @@ class Runner:
 
 
 def needs_anyio_runner(kind: str) -> bool:
-    return kind == "anyio.to_interpreter"
+    return kind.startswith("anyio")
 
 
 @contextlib.asynccontextmanager
@@ -296,7 +297,7 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
             yield runner
         finally:
             executor.shutdown(wait=True)
-    elif kind == "anyio.to_interpreter":
+    elif kind in ("anyio.to_interpreter", "anyio.to_interpreter-ungated"):
         import anyio
         import anyio.to_interpreter
 
@@ -305,8 +306,21 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
         def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
             return anyio.to_interpreter.run_sync(fn, *args, limiter=limiter)
 
-        runner = Runner(kind, call, call, f"anyio {anyio_version()} to_interpreter.run_sync, "
-                        f"CapacityLimiter({workers}), anyio.run(backend='asyncio')")
+        # run_sync() creates a new interpreter (on the loop thread) for every
+        # call that finds no idle one; its limiter only bounds the threads. So
+        # N calls in flight make N interpreters. A user keeps it to `workers`
+        # interpreters by gating the calls, as done here (not in -ungated).
+        gate = asyncio.Semaphore(workers)
+
+        async def gated(fn: Callable[..., Any], *args: Any) -> Any:
+            async with gate:
+                return await anyio.to_interpreter.run_sync(fn, *args, limiter=limiter)
+
+        ungated = kind.endswith("-ungated")
+        runner = Runner(kind, call, call if ungated else gated,
+                        f"anyio {anyio_version()} to_interpreter.run_sync, "
+                        f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
+                        + ("" if ungated else f", concurrent calls gated by a Semaphore({workers})"))
         if warm:
             await _warm(runner, workers)
         yield runner
@@ -401,12 +415,13 @@ def fmt_ratio(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+def markdown_table(headers: list[str], rows: list[list[str]], left: Sequence[int] = (0,)) -> str:
+    """A GitHub markdown table; columns whose index is in `left` are left-aligned, others right."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    right = [i > 0 for i in range(len(headers))]
+    right = [i not in left for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
         out = []
@@ -425,7 +440,8 @@ def targets_table(targets: list[Target]) -> str:
         measured = fmt_ratio(t.measured) if t.unit == "x" else fmt(t.measured, 2, " " + t.unit)
         limit = f"{t.op} {t.limit:g}{'x' if t.unit == 'x' else ' ' + t.unit}"
         rows.append([t.what, measured, limit, t.verdict, t.note])
-    return markdown_table(["target (DESIGN.md)", "measured", "target", "verdict", "anchor"], rows)
+    return markdown_table(["target (DESIGN.md)", "measured", "target", "verdict", "anchor"], rows,
+                          left=(0, 3, 4))
 
 
 def ok_rounds(rounds: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
@@ -615,6 +631,12 @@ def main(
         print(RESULT_MARK + json.dumps(result), flush=True)
         return 0
 
+    import importlib.util
+
+    if importlib.util.find_spec("aiosubinterp") is None:
+        print(f"warning: aiosubinterp is not importable by {sys.executable}: install it "
+              f"(`make venv`, or `pip install -e .`) or set PYTHONPATH={REPO}; its rows will "
+              "show the error", file=sys.stderr)
     params = dict(quick if args.quick else full)
     if args.rounds is not None:
         params["rounds"] = args.rounds
@@ -710,5 +732,8 @@ LOAD_NOTE = (
 
 def load_cells(good: list[dict[str, Any]]) -> list[str]:
     """CPU/wall and other-load cells (medians over rounds) for a contender's row."""
-    return [fmt(median(collect(good, "cpu_per_wall")), 2),
-            fmt(median(collect(good, "other_cores")), 2)]
+    cells = []
+    for key in ("cpu_per_wall", "other_cores"):
+        value = median(collect(good, key))
+        cells.append("–" if math.isnan(value) else f"{value:.2f}")
+    return cells

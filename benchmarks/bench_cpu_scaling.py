@@ -1,0 +1,203 @@
+"""CPU-bound scaling: speedup of 8 pure-Python tasks on 2 workers over running them serially.
+
+The task is ``_work.spin(n)``, a loop summing i*i, with n calibrated so one
+task takes ~0.2 s here. A batch is 8 tasks; its wall time is measured from
+the first submit to the last result, on warm workers.
+
+Contenders, each in its own process:
+  serial               the 8 tasks one after another in one plain process (the baseline)
+  2 plain processes    the anchor: two ``python -c ...`` processes started with
+                       subprocess.Popen, each doing 4 tasks; they start up first, then
+                       get "go" together; the wall time ends when both are done
+  aiosubinterp         ``asyncio.gather`` of 8 ``pool.submit(spin, n)``, InterpreterPool(size=2)
+  procpool-fork        8 ``loop.run_in_executor`` on ProcessPoolExecutor(2, fork)
+  to_thread            8 ``asyncio.to_thread`` on 2 threads (GIL-bound: expect ~1x)
+
+speedup = serial batch time / the contender's batch time (medians).
+DESIGN.md target: aiosubinterp's speedup >= 0.9 x the speedup that the 2 plain
+processes reach on the same machine in the same run.
+
+Run: ``python benchmarks/bench_cpu_scaling.py [--quick] [--json] [--loop uvloop]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+
+import _common
+import _work
+
+PLAIN = "2 plain processes"
+NAMES = ["serial", PLAIN, "aiosubinterp", "procpool-fork", "to_thread"]
+
+# The anchor's worker: start up, say "ready", wait for "go", run k tasks, report.
+PLAIN_CHILD = r"""
+import sys, time
+import _work
+n, k = int(sys.argv[1]), int(sys.argv[2])
+_work.spin(1000)
+print("ready", flush=True)
+sys.stdin.readline()
+c0 = time.process_time()
+ok = all(_work.spin(n) == _work.expected_spin(n) for _ in range(k))
+print(time.process_time() - c0, ok, flush=True)
+"""
+
+
+def calibrate(params: dict[str, Any]) -> dict[str, Any]:
+    """Pick n so that spin(n) takes params['task_seconds'] in a plain process here."""
+    probe = 200_000
+    best = min(_timed(probe) for _ in range(3))
+    params["n"] = max(1000, int(probe * params["task_seconds"] / best))
+    return params
+
+
+def _timed(n: int) -> float:
+    t0 = time.perf_counter()
+    _work.spin(n)
+    return time.perf_counter() - t0
+
+
+def _check(results: list[int], n: int) -> None:
+    want = _work.expected_spin(n)
+    bad = sum(1 for r in results if r != want)
+    if bad:
+        raise AssertionError(f"{bad} of {len(results)} spin({n}) results are wrong")
+
+
+def run_serial(params: dict[str, Any], loop: str) -> dict[str, Any]:
+    n, tasks = params["n"], params["tasks"]
+    _work.spin(n // 10)
+    walls, meters = [], []
+    for _ in range(params["batches"]):
+        with _common.Meter() as meter:
+            results = [_work.spin(n) for _ in range(tasks)]
+        _check(results, n)
+        walls.append(meter.wall)
+        meters.append(meter.result())
+    return _result(walls, meters, "one plain process, no event loop")
+
+
+def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
+    n, tasks, workers = params["n"], params["tasks"], _common.WORKERS
+    per = tasks // workers
+    walls, meters = [], []
+    for _ in range(params["batches"]):
+        procs = [subprocess.Popen([sys.executable, "-c", PLAIN_CHILD, str(n), str(per)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(workers)]
+        try:
+            for p in procs:
+                line = p.stdout.readline().strip()  # type: ignore[union-attr]
+                if line != "ready":
+                    raise RuntimeError(f"plain process did not start: {line!r}")
+            with _common.Meter() as meter:
+                for p in procs:
+                    p.stdin.write("go\n")  # type: ignore[union-attr]
+                    p.stdin.flush()  # type: ignore[union-attr]
+                outs = [p.stdout.readline().split() for p in procs]  # type: ignore[union-attr]
+        finally:
+            for p in procs:
+                p.stdin.close()  # type: ignore[union-attr]
+                p.wait()
+        if not all(len(o) == 2 and o[1] == "True" for o in outs):
+            raise AssertionError(f"plain processes reported {outs!r}")
+        walls.append(meter.wall)
+        meters.append(meter.result())
+    return _result(walls, meters, f"{workers} x `python -c` (Popen), {per} tasks each, "
+                   "timed from 'go' to both done")
+
+
+def pool_contender(kind: str):
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        n, tasks = params["n"], params["tasks"]
+
+        async def body() -> dict[str, Any]:
+            async with _common.open_runner(kind, loop) as runner:
+                await asyncio.gather(*(runner.submit(_work.spin, n // 10)
+                                       for _ in range(_common.WORKERS)))
+                walls, meters = [], []
+                for _ in range(params["batches"]):
+                    with _common.Meter() as meter:
+                        results = await asyncio.gather(*(runner.submit(_work.spin, n)
+                                                         for _ in range(tasks)))
+                    _check(results, n)
+                    walls.append(meter.wall)
+                    meters.append(meter.result())
+                return _result(walls, meters, runner.info)
+
+        return _common.run_async(body, loop)
+
+    return run
+
+
+def _result(walls: list[float], meters: list[dict[str, float]], info: str) -> dict[str, Any]:
+    return {"wall": walls, "info": info,
+            "cpu_per_wall": _common.median([m["cpu_per_wall"] for m in meters]),
+            "other_cores": _common.median([m["other_cores"] for m in meters])}
+
+
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    med: dict[str, float] = {}
+    rows = []
+    infos = []
+    for name, rounds in results.items():
+        good, error = _common.ok_rounds(rounds)
+        if not good:
+            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", "", ""])
+            continue
+        walls = _common.collect(good, "wall")
+        med[name] = _common.median(walls)
+        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
+        rows.append([name + failed, _common.fmt(med[name], 3), _common.fmt(min(walls), 3),
+                     _common.fmt(max(walls), 3), "", "", *_common.load_cells(good)])
+        infos.append(f"{name}: {good[0]['info']}")
+    serial = med.get("serial")
+    plain_speedup = _common.ratio(serial, med.get(PLAIN))
+    speedups = {}
+    for row in rows:
+        name = row[0]
+        if name in med:
+            speedups[name] = _common.ratio(serial, med[name])
+            row[4] = _common.fmt_ratio(speedups[name])
+            row[5] = _common.fmt_ratio(_common.ratio(speedups[name], plain_speedup))
+    headers = ["contender", "batch s (median)", "min", "max", "speedup vs serial",
+               "vs plain processes", *_common.LOAD_HEADERS]
+    ours = speedups.get("aiosubinterp")
+    targets = [
+        _common.Target("speedup / 2 plain processes' speedup", _common.ratio(ours, plain_speedup),
+                       ">=", 0.9, note=f"{PLAIN}: speedup {_common.fmt_ratio(plain_speedup)}"),
+        _common.Target("(info) speedup / ProcessPoolExecutor's",
+                       _common.ratio(ours, speedups.get("procpool-fork")), ">=", 1.0,
+                       note="not a DESIGN.md target"),
+    ]
+    notes = [
+        f"Task: spin(n={params['n']:,}), calibrated to ~{params['task_seconds']} s in the parent "
+        f"process; batch = {params['tasks']} tasks on {_common.WORKERS} workers; "
+        f"{params['batches']} batches per round x {params['rounds']} rounds on warm workers.",
+        "CPU/wall near 2.0 means both cores worked for the contender; with other load > 0 the "
+        "parallel contenders lose cores to the rest of the machine, the serial baseline less so.",
+        _common.LOAD_NOTE,
+        *infos,
+    ]
+    return _common.Report([("", headers, rows)], targets, notes,
+                          {"median_batch_s": med, "speedup": speedups,
+                           "plain_speedup": plain_speedup})
+
+
+if __name__ == "__main__":
+    contenders = {"serial": run_serial, PLAIN: run_plain}
+    contenders.update({k: pool_contender(k) for k in ("aiosubinterp", "procpool-fork", "to_thread")})
+    sys.exit(_common.main(
+        doc=__doc__,
+        title="bench_cpu_scaling: 8 CPU-bound pure-Python tasks on 2 workers",
+        contenders=contenders,
+        full={"tasks": 8, "task_seconds": 0.2, "batches": 3, "rounds": 3},
+        quick={"tasks": 8, "task_seconds": 0.03, "batches": 1, "rounds": 1},
+        report=report,
+        prepare=calibrate,
+    ))

@@ -1,0 +1,149 @@
+"""Small-task throughput: trivial tasks per second when many are submitted at once.
+
+Each contender gets 2 workers, runs a warm-up batch, then submits 20,000
+``_work.noop(i)`` calls at once and awaits them all with ``asyncio.gather``;
+tasks/s = tasks / wall time from the first submit to the last result.
+anyio.to_interpreter and aiomultiprocess get 2,000 tasks (they are several
+times slower per task; the rate is what is compared, so this only shortens
+the run).
+
+Contenders, each in its own process:
+  aiosubinterp          ``pool.submit(noop, i)`` (an asyncio.Future) on InterpreterPool(size=2)
+  to_thread             ``asyncio.to_thread(noop, i)``, default executor of 2 threads
+  procpool-fork         ``loop.run_in_executor(ProcessPoolExecutor(2, fork), noop, i)``
+  procpool-forkserver   the same with the forkserver start method
+  anyio.to_interpreter  ``anyio.to_interpreter.run_sync(noop, i)`` (limiter of 2) inside
+                        ``anyio.run(backend="asyncio")``, at most 2 calls in flight
+                        (asyncio.Semaphore), else anyio makes an interpreter per call
+  anyio.to_interpreter-ungated  the same, all calls at once (100 tasks, one batch)
+  aiomultiprocess       ``aiomultiprocess.Pool(2).apply(anoop, (i,))``
+
+DESIGN.md target: >= 3 x asyncio.to_thread's tasks/s and >= 10 x the process
+pool's (the faster of fork and forkserver is the anchor).
+
+Run: ``python benchmarks/bench_throughput.py [--quick] [--json] [--loop uvloop]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import _common
+import _work
+
+NAMES = [
+    "aiosubinterp",
+    "to_thread",
+    "procpool-fork",
+    "procpool-forkserver",
+    "anyio.to_interpreter",
+    "anyio.to_interpreter-ungated",
+    "aiomultiprocess",
+]
+# Per-task cost 10-1000x ours: run fewer tasks (the rate is compared).
+SLOW = ("anyio.to_interpreter", "aiomultiprocess")
+# anyio without a gate creates one interpreter per call in flight (~20 ms each,
+# on the loop thread): a short single batch shows it.
+UNGATED = "anyio.to_interpreter-ungated"
+
+
+def contender(kind: str):
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        n = params["n_slow"] if kind in SLOW else params["n"]
+        batches = params["batches"]
+        warmup = params["warmup"]
+        if kind == UNGATED:
+            n, batches, warmup = params["n_ungated"], 1, 0
+
+        async def body() -> dict[str, Any]:
+            async with _common.open_runner(kind, loop) as runner:
+                submit = runner.submit
+                await asyncio.gather(*(submit(_work.noop, i) for i in range(warmup)))
+                rates, meters = [], []
+                for _ in range(batches):
+                    with _common.Meter() as meter:
+                        results = await asyncio.gather(*(submit(_work.noop, i) for i in range(n)))
+                    if results != list(range(n)):
+                        raise AssertionError(f"gather of {n} noop(i) returned wrong results")
+                    rates.append(n / meter.wall)
+                    meters.append(meter.result())
+                extra = {}
+                if kind == UNGATED:
+                    import _interpreters  # 3.13's private module, as anyio uses it
+
+                    extra["interpreters"] = len(_interpreters.list_all()) - 1
+                return {"rate": rates, "tasks": n, "info": runner.info, **extra,
+                        "cpu_per_wall": _common.median([m["cpu_per_wall"] for m in meters]),
+                        "other_cores": _common.median([m["other_cores"] for m in meters])}
+
+        return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
+
+    return run
+
+
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    med: dict[str, float] = {}
+    rows = []
+    infos = []
+    for name, rounds in results.items():
+        good, error = _common.ok_rounds(rounds)
+        if not good:
+            rows.append([name, "", _common.error_cell(error or "no result"), "", "", "", "", ""])
+            continue
+        rates = _common.collect(good, "rate")
+        med[name] = _common.median(rates)
+        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
+        rows.append([name + failed, f"{good[0]['tasks']:,}", _common.fmt(med[name], 0),
+                     _common.fmt(min(rates), 0), _common.fmt(max(rates), 0), "",
+                     *_common.load_cells(good)])
+        info = good[0]["info"]
+        if "interpreters" in good[0]:
+            info += f"; interpreters alive after the batch: {good[0]['interpreters']}"
+        infos.append(f"{name}: {info}")
+    ours = med.get("aiosubinterp")
+    for row in rows:
+        name = row[0]
+        if name in med and ours:
+            row[5] = _common.fmt_ratio(ours / med[name])
+    headers = ["contender", "tasks/batch", "median tasks/s", "min", "max", "ours vs it",
+               *_common.LOAD_HEADERS]
+    pools = [n for n in ("procpool-fork", "procpool-forkserver") if n in med]
+    best_pool = max(pools, key=lambda n: med[n]) if pools else None
+    targets = [
+        _common.Target("tasks/s / to_thread's", _common.ratio(ours, med.get("to_thread")), ">=", 3,
+                       note="asyncio.to_thread, 2 threads"),
+        _common.Target("tasks/s / process pool's",
+                       _common.ratio(ours, med.get(best_pool) if best_pool else None), ">=", 10,
+                       note=f"{best_pool or 'process pool'} (the faster pool)"),
+        _common.Target("tasks/s / anyio.to_interpreter's",
+                       _common.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
+                       note="DESIGN.md names it as an anchor, no figure"),
+    ]
+    notes = [
+        f"Per round: {params['warmup']} warm-up tasks, then {params['batches']} batch(es) of "
+        f"{params['n']:,} tasks submitted at once and gathered ({', '.join(SLOW)}: "
+        f"{params['n_slow']:,} tasks per batch; {UNGATED}: one batch of {params['n_ungated']} "
+        "without warm-up). Rates: median/min/max over rounds x batches.",
+        "anyio.to_interpreter.run_sync() makes a new interpreter, on the event-loop thread, "
+        "for every call that finds no idle one (its CapacityLimiter bounds only the threads), "
+        "so a gather of N calls creates N interpreters: the -ungated row. The anyio.to_interpreter "
+        "row gates calls with an asyncio.Semaphore(2), as a user would, and keeps 2 interpreters.",
+        _common.LOAD_NOTE,
+        *infos,
+    ]
+    return _common.Report([("", headers, rows)], targets, notes, {"median_tasks_per_s": med})
+
+
+if __name__ == "__main__":
+    sys.exit(_common.main(
+        doc=__doc__,
+        title="bench_throughput: trivial tasks per second, all submitted at once, 2 workers",
+        contenders={name: contender(name) for name in NAMES},
+        full={"n": 20_000, "n_slow": 2_000, "n_ungated": 100, "warmup": 200, "batches": 2,
+              "rounds": 3},
+        quick={"n": 2_000, "n_slow": 300, "n_ungated": 30, "warmup": 50, "batches": 1,
+               "rounds": 1},
+        report=report,
+    ))
