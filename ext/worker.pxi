@@ -515,11 +515,17 @@ cdef class Worker:
         if w.state != W_NEW:
             raise RuntimeError("aiosubinterp: Worker.start() called twice")
         w.state = W_STARTING
+        # GIL: main -> none (wait for our turn to create without blocking the main GIL)
+        with nogil:
+            asi_create_lock()
+        # GIL: none -> main
         try:
             interp_create(w)
         except BaseException:
             w.state = W_NEW
             raise
+        finally:
+            asi_create_unlock()
         asi_registry_lock()
         asi_serial_counter += 1
         w.serial = asi_serial_counter

@@ -26,12 +26,16 @@ async def test_cancel_queued_task_withdraws_it(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1) as pool:
         blocker = pool.submit(workfuncs.read_fd, r)
-        queued = pool.submit(workfuncs.write_fd, w, b"queued ran")
-        await asyncio.sleep(0)
-        assert queued.cancel()
-        assert queued.cancelled()
-        assert pool.statistics()["queued"] == 0
-        os.write(w, b"!")
+        try:
+            while pool.statistics()["busy"] == 0:
+                await asyncio.sleep(0.005)
+            queued = pool.submit(workfuncs.write_fd, w, b"queued ran")
+            assert pool.statistics()["queued"] == 1
+            assert queued.cancel()
+            assert queued.cancelled()
+            assert pool.statistics()["queued"] == 0
+        finally:
+            os.write(w, b"!")
         assert await blocker == b"!"
         # The withdrawn task never wrote into the pipe.
         assert await pool.run(workfuncs.write_fd, w, b"?") == 1
@@ -67,18 +71,20 @@ async def test_timeout_on_running_task():
 async def test_stuck_task_gets_its_worker_replaced(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:
-        stuck_id = await pool.run(workfuncs.interp_id)
-        task = pool.submit(workfuncs.read_fd, r)  # blocked in C: ignores the interrupt
-        while pool.statistics()["busy"] == 0:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # A fresh interpreter took the slot while the old one is still blocked.
-        new_id = await asyncio.wait_for(pool.run(workfuncs.interp_id), 30)
-        assert new_id != stuck_id
-        assert pool.statistics()["replaced"] == 1
-        os.write(w, b"x")  # let the abandoned worker finish so close() can join it
+        try:
+            stuck_id = await pool.run(workfuncs.interp_id)
+            task = pool.submit(workfuncs.read_fd, r)  # blocked in C: ignores the interrupt
+            while pool.statistics()["busy"] == 0:
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # A fresh interpreter took the slot while the old one is still blocked.
+            new_id = await asyncio.wait_for(pool.run(workfuncs.interp_id), 30)
+            assert new_id != stuck_id
+            assert pool.statistics()["replaced"] == 1
+        finally:
+            os.write(w, b"x")  # let the abandoned worker finish so close() can join it
 
 
 async def test_outer_task_cancellation_reaches_the_interpreter():

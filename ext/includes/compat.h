@@ -44,6 +44,13 @@ static inline int asi_pipe(int fds[2]) {
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
 static inline void asi_registry_unlock(void) { pthread_mutex_unlock(&asi_registry_mu); }
+/* Interpreter creation is serialized: 3.12.1 corrupts static types when two
+ * threads run Py_NewInterpreterFromConfig at once ("descriptor 'close' for
+ * '_io.BufferedReader' objects doesn't apply to a '_io.FileIO' object"). */
+static pthread_mutex_t asi_create_mu = PTHREAD_MUTEX_INITIALIZER;
+static inline void asi_create_lock(void) { pthread_mutex_lock(&asi_create_mu); }
+static inline void asi_create_unlock(void) { pthread_mutex_unlock(&asi_create_mu); }
+
 /* Head of the list of live workers (a WorkerState*) and the serial counter,
  * both under asi_registry_mu. */
 static void *asi_live_head = NULL;

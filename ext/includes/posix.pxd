@@ -41,6 +41,8 @@ cdef extern from "compat.h" nogil:
     int asi_pipe(int fds[2])
     void asi_registry_lock()
     void asi_registry_unlock()
+    void asi_create_lock()
+    void asi_create_unlock()
     void* asi_live_head
     unsigned long long asi_serial_counter
     int asi_cond_init(pthread_cond_t*)
