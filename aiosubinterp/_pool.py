@@ -32,10 +32,15 @@ _task_ids = itertools.count(1)
 # or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
 #   _datetime: heap corruption on 3.12.1 and 3.13.0 (gh-136421), also hit by
 #              sqlite3, zoneinfo, http.client, urllib.request.
+#   _zoneinfo: needs _datetime's C API; blocked with it so zoneinfo falls back.
 #   _decimal:  double free on 3.12.1 (single-phase init runs before refusal).
+#   _hashlib:  free(): invalid pointer at exit on 3.12.1; hashlib falls back
+#              to its builtin _md5/_sha1/_sha2/_sha3/_blake2 modules.
+#   _pickle:   any pickle.dumps in a 3.12.1 subinterpreter aborts the process
+#              at exit (free(): invalid pointer); the pure-Python pickle is safe.
 _BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
-    (3, 12): ("_datetime", "_decimal"),
-    (3, 13): ("_datetime",),
+    (3, 12): ("_datetime", "_zoneinfo", "_decimal", "_hashlib", "_pickle"),
+    (3, 13): ("_datetime", "_zoneinfo"),
 }
 
 
@@ -111,6 +116,13 @@ class _Engine:
         cancel_grace: float = 1.0,
         replace_stuck: bool = True,
     ) -> None:
+        if not _core.is_main_interpreter():
+            raise RuntimeError(
+                f"{type(self).__name__} can only be created in the main interpreter, and this "
+                f"code runs in worker interpreter {_core.current_interpreter_id()}. If a worker "
+                "imported your script to find a function, guard the script's top-level code "
+                "with `if __name__ == '__main__':`."
+            )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int (number of interpreters), got {size!r}")
         names = _check_names(preload)

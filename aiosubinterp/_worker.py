@@ -60,6 +60,28 @@ class _PickledException:
         return _marshal.loads, (_marshal.dumps(self.exc),)
 
 
+# On 3.12.1 CPython runs a single-phase extension's init function inside the
+# subinterpreter before refusing it, which corrupts the heap: the process
+# aborts at exit ("free(): invalid pointer"). Refuse the well-known ones
+# before CPython touches them. 3.13 refuses cleanly and needs no list.
+REFUSED_ON_312 = frozenset({
+    "readline", "_curses", "_curses_panel", "curses", "_ctypes",
+    "ctypes", "pyexpat", "_lsprof", "cProfile", "uvloop", "numpy",
+})
+
+
+class _RefuseKnown:
+    """Meta-path finder that refuses REFUSED_ON_312 modules up front (3.12 only)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        top = name.partition(".")[0]
+        if name in REFUSED_ON_312 or top in REFUSED_ON_312:
+            raise ImportError(f"module {name} does not support loading in subinterpreters",
+                              name=name)
+        return None
+
+
 class Runner:
     """Per-worker state: setup, function cache, the job dispatcher."""
 
@@ -70,6 +92,8 @@ class Runner:
         self._functions: dict[tuple[str, str], object] = {}
         self._namespace = sys.modules["__main__"].__dict__
         _marshal.main_importer = self.main_module
+        if sys.version_info[:2] == (3, 12):
+            sys.meta_path.insert(0, _RefuseKnown)
         if settings is not None:
             self.apply_settings(settings)
         for name in preload:

@@ -124,3 +124,65 @@ def import_module(name):
 
     importlib.import_module(name)
     return name
+
+
+def datetime_roundtrip():
+    import datetime
+
+    stamp = datetime.datetime(2026, 12, 3, 7, 30, tzinfo=datetime.timezone.utc)
+    return stamp.isoformat(), datetime.datetime.__module__
+
+
+def raise_import_error(name):
+    raise ImportError("nope", name=name)
+
+
+def format_tb():
+    import traceback
+
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        return "".join(traceback.format_exception(exc))
+
+
+def pickle_exc():
+    import pickle
+
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        return len(pickle.dumps(exc, protocol=5))
+
+
+def describe_only():
+    from aiosubinterp._worker import describe_exception
+
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        return describe_exception(exc)[0]
+
+
+def pickle_value(kind):
+    import pickle
+
+    value = {"point": Point(1, 2), "list": [1, 2], "exc_type": ValueError,
+             "exc": ValueError("x"), "dict": {"a": 1}, "set": {1}}[kind]
+    return len(pickle.dumps(value, protocol=5))
+
+
+def run_asyncio():
+    import asyncio
+
+    async def main():
+        await asyncio.sleep(0)
+        return "ran"
+
+    return asyncio.run(main())
+
+
+def make_pool():
+    import aiosubinterp
+
+    return aiosubinterp.InterpreterPool(1)
