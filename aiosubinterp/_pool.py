@@ -166,6 +166,9 @@ class _Engine:
         self._submitted = 0
         self._replaced = 0
         self._setup: tuple | None = None
+        # Retirements reported before the worker was registered (a fresh
+        # worker can serve max_tasks jobs before its starter thread resumes).
+        self._retired_early: set[int] = set()
         _live.add(self)
 
     # -- lifecycle -------------------------------------------------------------
@@ -203,14 +206,16 @@ class _Engine:
         results = [f.result() for f in futures]
         errors = [err for _, err in results if err is not None]
         workers = [w for w, _ in results if w is not None]
+        retired: list[_core.Worker] = []
         with self._lock:
             if not errors:
                 # Also when closing meanwhile: the workers drain the queue first.
                 if self._state == "starting":
                     self._state = "running"
-                for w in workers:
-                    self._workers[w.serial] = w
+                retired = [w for w in workers if not self._register(w)]
                 workers = []
+        for w in retired:
+            _admin.spawn(self._retire_and_replace, w)
         if errors:
             for w in workers:
                 w.close()
@@ -475,9 +480,19 @@ class _Engine:
         if replace:
             self._add_worker()
 
+    def _register(self, worker: _core.Worker) -> bool:
+        """Add a started worker (lock held). False if it already retired: replace it."""
+        if worker.serial in self._retired_early:
+            self._retired_early.discard(worker.serial)
+            return False
+        self._workers[worker.serial] = worker
+        return True
+
     def _on_retired(self, serial: int) -> None:
         with self._lock:
             worker = self._workers.pop(serial, None)
+            if worker is None and self._state in ("starting", "running"):
+                self._retired_early.add(serial)
             replace = worker is not None and self._state == "running"
             if worker is not None and not replace:
                 self._abandoned.append(worker)
@@ -494,7 +509,8 @@ class _Engine:
         worker, error = self._new_worker()
         with self._lock:
             if worker is not None and self._state == "running":
-                self._workers[worker.serial] = worker
+                if not self._register(worker):
+                    _admin.spawn(self._retire_and_replace, worker)
                 return
             alone = not self._workers
         if worker is not None:  # closed meanwhile
