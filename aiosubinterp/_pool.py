@@ -65,6 +65,23 @@ ERROR = _boot()
 """
 
 
+def _spin_seconds() -> float:
+    """How long an idle worker polls for the next job before it sleeps.
+
+    AIOSUBINTERP_SPIN_US sets it in microseconds (0 disables spinning).
+    """
+    raw = os.environ.get("AIOSUBINTERP_SPIN_US", "").strip()
+    if not raw:
+        return 100e-6
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"AIOSUBINTERP_SPIN_US={raw!r} must be a number of microseconds >= 0")
+    return value * 1e-6
+
+
 def default_size() -> int:
     """Default number of interpreters: the CPUs this process may use."""
     count = getattr(os, "process_cpu_count", os.cpu_count)()
@@ -154,7 +171,7 @@ class _Engine:
         self._max_tasks = max_tasks_per_interpreter or 0
         self._grace = float(cancel_grace)
         self._replace_stuck = replace_stuck
-        self._queue = _core.Queue()
+        self._queue = _core.Queue(_spin_seconds())
         self._lock = threading.Lock()
         self._workers: dict[int, _core.Worker] = {}
         self._abandoned: list[_core.Worker] = []

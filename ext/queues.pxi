@@ -51,6 +51,8 @@ cdef struct JobQueue:
     Job* tail
     Py_ssize_t length
     int closed
+    int spinning               # an idle worker is polling head (at most one)
+    double spin_seconds        # how long an idle worker polls before it sleeps
     int refs                   # the Queue object plus one per worker
     WorkerState* workers       # attached workers (for cancel lookups)
     uint64_t settings_version  # bumped when main's sys.path changes

@@ -146,6 +146,8 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
     """Block until a job is available (returns it, marked running) or the worker must stop (NULL)."""
     cdef JobQueue* q = w.q
     cdef Job* job = NULL
+    cdef bint may_spin = q.spin_seconds > 0
+    cdef double deadline
     # GIL: sub -> none (wait for work without blocking this interpreter's threads)
     with nogil:
         pthread_mutex_lock(&q.mu)
@@ -164,6 +166,19 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
                 break
             if q.closed:
                 break
+            if may_spin and not q.spinning:
+                # Poll for a short while (one spinner per queue, so the
+                # event loop keeps a core), then re-check under the lock.
+                may_spin = False
+                q.spinning = 1
+                pthread_mutex_unlock(&q.mu)
+                deadline = asi_monotonic() + q.spin_seconds
+                while (asi_load_ptr(<void**>&q.head) == NULL and not asi_load_int(&w.stop)
+                       and not asi_load_int(&q.closed) and asi_monotonic() < deadline):
+                    asi_cpu_relax()
+                pthread_mutex_lock(&q.mu)
+                q.spinning = 0
+                continue
             pthread_cond_wait(&q.cv, &q.mu)
         if job == NULL and q.head != NULL:
             pthread_cond_signal(&q.cv)
@@ -290,8 +305,9 @@ cdef class Queue:
     """
     cdef JobQueue* q
 
-    def __cinit__(self):
+    def __cinit__(self, double spin_seconds=0.0):
         self.q = queue_new()
+        self.q.spin_seconds = spin_seconds
 
     def __dealloc__(self):
         cdef JobQueue* q = self.q
@@ -334,7 +350,8 @@ cdef class Queue:
             job_free(job)
             raise RuntimeError("aiosubinterp: this queue is closed")
         queue_push(self.q, job)
-        pthread_cond_signal(&self.q.cv)
+        if not self.q.spinning:  # a spinning worker re-checks under the lock: no wake needed
+            pthread_cond_signal(&self.q.cv)
         pthread_mutex_unlock(&self.q.mu)
 
     def cancel(self, uint64_t tid):

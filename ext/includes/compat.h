@@ -95,6 +95,19 @@ static inline int asi_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, d
 #endif
 }
 
+/* Spinning: an idle worker polls its queue briefly before it sleeps, so a
+ * job submitted right after the previous one finished needs no futex wake-up
+ * (an idle vCPU takes tens of microseconds to wake). */
+static inline void *asi_load_ptr(void *const *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline int asi_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void asi_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Worker threads get a fixed, generous stack: Python recursion in a worker
  * must hit RecursionError long before the C stack ends. */
 #define ASI_WORKER_STACK_SIZE ((size_t)16 * 1024 * 1024)

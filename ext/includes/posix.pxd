@@ -47,4 +47,7 @@ cdef extern from "compat.h" nogil:
     unsigned long long asi_serial_counter
     int asi_cond_init(pthread_cond_t*)
     double asi_monotonic()
+    void* asi_load_ptr(void* const* p)
+    int asi_load_int(const int* p)
+    void asi_cpu_relax()
     int asi_cond_wait_until(pthread_cond_t*, pthread_mutex_t*, double deadline)
