@@ -14,16 +14,27 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 __all__ = [
+    "BrokenChannelError",
+    "BrokenInterpreterPool",
     "BrokenPoolError",
+    "ChannelClosedError",
+    "EndOfChannel",
     "ExecutionFailed",
     "Interpreter",
     "InterpreterError",
     "InterpreterPool",
+    "InterpreterPoolExecutor",
     "ModuleRefusedError",
     "NotShareableError",
+    "open_channel",
     "PoolClosedError",
-    "Task",
+    "RecvChannel",
     "run",
+    "select",
+    "select_sync",
+    "SendChannel",
+    "Task",
+    "WouldBlock",
 ]
 
 _LAZY = {
@@ -33,10 +44,21 @@ _LAZY = {
     "ModuleRefusedError": "_errors",
     "NotShareableError": "_errors",
     "PoolClosedError": "_errors",
+    "BrokenInterpreterPool": "_executor",
+    "InterpreterPoolExecutor": "_executor",
     "Interpreter": "_pool",
     "InterpreterPool": "_pool",
     "run": "_pool",
     "Task": "_task",
+    "BrokenChannelError": "_errors",
+    "ChannelClosedError": "_errors",
+    "EndOfChannel": "_errors",
+    "WouldBlock": "_errors",
+    "RecvChannel": "_channel",
+    "SendChannel": "_channel",
+    "open_channel": "_channel",
+    "select": "_select",
+    "select_sync": "_select",
 }
 
 if TYPE_CHECKING:
@@ -46,10 +68,21 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import ModuleRefusedError as ModuleRefusedError
     from aiosubinterp._errors import NotShareableError as NotShareableError
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
+    from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool
+    from aiosubinterp._executor import InterpreterPoolExecutor as InterpreterPoolExecutor
     from aiosubinterp._pool import Interpreter as Interpreter
     from aiosubinterp._pool import InterpreterPool as InterpreterPool
     from aiosubinterp._pool import run as run
     from aiosubinterp._task import Task as Task
+    from aiosubinterp._channel import RecvChannel as RecvChannel
+    from aiosubinterp._channel import SendChannel as SendChannel
+    from aiosubinterp._channel import open_channel as open_channel
+    from aiosubinterp._errors import BrokenChannelError as BrokenChannelError
+    from aiosubinterp._errors import ChannelClosedError as ChannelClosedError
+    from aiosubinterp._errors import EndOfChannel as EndOfChannel
+    from aiosubinterp._errors import WouldBlock as WouldBlock
+    from aiosubinterp._select import select as select
+    from aiosubinterp._select import select_sync as select_sync
 
 
 def __getattr__(name: str) -> object:

@@ -6,12 +6,16 @@ Worker-side module: imported inside interpreters, so it must not import asyncio.
 from __future__ import annotations
 
 __all__ = [
+    "BrokenChannelError",
     "BrokenPoolError",
+    "ChannelClosedError",
+    "EndOfChannel",
     "ExecutionFailed",
     "InterpreterError",
     "ModuleRefusedError",
     "NotShareableError",
     "PoolClosedError",
+    "WouldBlock",
     "rebuild",
 ]
 
@@ -103,3 +107,27 @@ def rebuild(info: tuple) -> BaseException:
     if tb_text:
         exc.__cause__ = wrapper
     return exc
+
+
+class EndOfChannel(Exception):
+    """Flow signal: every send end of the channel is closed and its buffer is drained.
+
+    ``async for`` / ``for`` over a receive end stop on it. From ``select()``,
+    ``index`` says which of the given receive ends ended (else it is None).
+    """
+
+    def __init__(self, *args: object, index: int | None = None) -> None:
+        super().__init__(*args)
+        self.index = index
+
+
+class WouldBlock(Exception):
+    """Flow signal: a ``*_nowait`` channel operation cannot complete right now."""
+
+
+class ChannelClosedError(InterpreterError, RuntimeError):
+    """This channel end is closed (by this code or another task): it cannot be used any more."""
+
+
+class BrokenChannelError(InterpreterError, RuntimeError):
+    """Every receive end of the channel is closed: nobody can ever receive what is sent."""

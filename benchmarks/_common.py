@@ -9,8 +9,9 @@ so a burst of outside load does not always hit the same one.
 What lives here: the command line, spawning and reading children, statistics
 (medians, p99), CPU accounting of the process tree and of the whole machine
 (to tell how noisy a run was), memory probes, the event-loop choice, a
-uniform "runner" over the contenders (aiosubinterp, to_thread, process pools,
-anyio.to_interpreter, aiomultiprocess), and the markdown table printer.
+uniform "runner" over the contenders (aiosubinterp's pool and executor,
+to_thread, process pools, anyio.to_interpreter, aiomultiprocess, the
+interpreters-pep-734 executor), and the markdown table printer.
 
 Worker code is in ``_work.py``; this module imports asyncio and is never
 imported inside an interpreter.
@@ -228,12 +229,14 @@ def run_async(main: Callable[[], Awaitable[Any]], loop: str, *, anyio_runner: bo
 
 POOL_KINDS = (
     "aiosubinterp",
+    "aiosubinterp-executor",
     "to_thread",
     "procpool-fork",
     "procpool-forkserver",
     "anyio.to_interpreter",
     "anyio.to_interpreter-ungated",
     "aiomultiprocess",
+    "pep734-executor",
 )
 
 
@@ -268,6 +271,34 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
             if warm:
                 await _warm(runner, workers)
             yield runner
+    elif kind in ("aiosubinterp-executor", "pep734-executor"):
+        # A concurrent.futures executor awaited through loop.run_in_executor,
+        # as a user of the executor API would.
+        if kind == "pep734-executor":
+            # interpreters-pep-734 (PyPI), the backport of CPython 3.14's
+            # InterpreterPoolExecutor: threads that each drive an interpreter.
+            from interpreters_backport.concurrent.futures import InterpreterPoolExecutor
+
+            executor = InterpreterPoolExecutor(max_workers=workers)
+            info = (f"interpreters-pep-734 {_package_version('interpreters-pep-734')} "
+                    f"InterpreterPoolExecutor({workers}), loop.run_in_executor")
+        else:
+            import aiosubinterp
+
+            executor = aiosubinterp.InterpreterPoolExecutor(
+                max_workers=workers, preload=tuple(preload))
+            info = f"InterpreterPoolExecutor({workers}), loop.run_in_executor"
+
+        def call_in(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return ev.run_in_executor(executor, fn, *args)
+
+        try:
+            runner = Runner(kind, call_in, call_in, info)
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+        finally:
+            executor.shutdown(wait=True)
     elif kind == "to_thread":
         import concurrent.futures
 

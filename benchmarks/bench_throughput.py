@@ -9,6 +9,7 @@ the run).
 
 Contenders, each in its own process:
   aiosubinterp          ``pool.submit(noop, i)`` (an asyncio.Future) on InterpreterPool(size=2)
+  aiosubinterp-executor ``loop.run_in_executor(InterpreterPoolExecutor(2), noop, i)``
   to_thread             ``asyncio.to_thread(noop, i)``, default executor of 2 threads
   procpool-fork         ``loop.run_in_executor(ProcessPoolExecutor(2, fork), noop, i)``
   procpool-forkserver   the same with the forkserver start method
@@ -17,9 +18,14 @@ Contenders, each in its own process:
                         (asyncio.Semaphore), else anyio makes an interpreter per call
   anyio.to_interpreter-ungated  the same, all calls at once (100 tasks, one batch)
   aiomultiprocess       ``aiomultiprocess.Pool(2).apply(anoop, (i,))``
+  pep734-executor       ``loop.run_in_executor(InterpreterPoolExecutor(2), noop, i)`` with the
+                        executor of interpreters-pep-734 (CPython 3.14's, backported; 3.13
+                        only), where that package is installed (else its row shows the error)
 
 DESIGN.md target: >= 3 x asyncio.to_thread's tasks/s and >= 10 x the process
-pool's (the faster of fork and forkserver is the anchor).
+pool's (the faster of fork and forkserver is the anchor). Issue #5's target
+for the executor, through run_in_executor: >= 5 x the process pool's and
+>= 5 x interpreters-pep-734's executor.
 
 Run: ``python benchmarks/bench_throughput.py [--quick] [--json] [--loop uvloop]``.
 """
@@ -35,15 +41,18 @@ import _work
 
 NAMES = [
     "aiosubinterp",
+    "aiosubinterp-executor",
     "to_thread",
     "procpool-fork",
     "procpool-forkserver",
     "anyio.to_interpreter",
     "anyio.to_interpreter-ungated",
     "aiomultiprocess",
+    "pep734-executor",
 ]
 # Per-task cost 10-1000x ours: run fewer tasks (the rate is compared).
 SLOW = ("anyio.to_interpreter", "aiomultiprocess")
+EXECUTOR = "aiosubinterp-executor"
 # anyio without a gate creates one interpreter per call in flight (~20 ms each,
 # on the loop thread): a short single batch shows it.
 UNGATED = "anyio.to_interpreter-ungated"
@@ -90,25 +99,29 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     for name, rounds in results.items():
         good, error = _common.ok_rounds(rounds)
         if not good:
-            rows.append([name, "", _common.error_cell(error or "no result"), "", "", "", "", ""])
+            rows.append([name, "", _common.error_cell(error or "no result"), "", "", "", "", "",
+                         ""])
             continue
         rates = _common.collect(good, "rate")
         med[name] = _common.median(rates)
         failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
         rows.append([name + failed, f"{good[0]['tasks']:,}", _common.fmt(med[name], 0),
-                     _common.fmt(min(rates), 0), _common.fmt(max(rates), 0), "",
+                     _common.fmt(min(rates), 0), _common.fmt(max(rates), 0), "", "",
                      *_common.load_cells(good)])
         info = good[0]["info"]
         if "interpreters" in good[0]:
             info += f"; interpreters alive after the batch: {good[0]['interpreters']}"
         infos.append(f"{name}: {info}")
     ours = med.get("aiosubinterp")
+    executor = med.get(EXECUTOR)
     for row in rows:
         name = row[0]
         if name in med and ours:
             row[5] = _common.fmt_ratio(ours / med[name])
+        if name in med and executor:
+            row[6] = _common.fmt_ratio(executor / med[name])
     headers = ["contender", "tasks/batch", "median tasks/s", "min", "max", "ours vs it",
-               *_common.LOAD_HEADERS]
+               "executor vs it", *_common.LOAD_HEADERS]
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if n in med]
     best_pool = max(pools, key=lambda n: med[n]) if pools else None
     targets = [
@@ -120,6 +133,12 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _common.Target("tasks/s / anyio.to_interpreter's",
                        _common.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
                        note="DESIGN.md names it as an anchor, no figure"),
+        _common.Target("executor tasks/s / process pool's",
+                       _common.ratio(executor, med.get(best_pool) if best_pool else None), ">=", 5,
+                       note=f"issue #5; both via run_in_executor; {best_pool or 'process pool'}"),
+        _common.Target("executor tasks/s / pep734 executor's",
+                       _common.ratio(executor, med.get("pep734-executor")), ">=", 5,
+                       note="issue #5; both via run_in_executor; interpreters-pep-734"),
     ]
     notes = [
         f"Per round: {params['warmup']} warm-up tasks, then {params['batches']} batch(es) of "
@@ -130,6 +149,10 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "for every call that finds no idle one (its CapacityLimiter bounds only the threads), "
         "so a gather of N calls creates N interpreters: the -ungated row. The anyio.to_interpreter "
         "row gates calls with an asyncio.Semaphore(2), as a user would, and keeps 2 interpreters.",
+        "executor vs it: aiosubinterp's InterpreterPoolExecutor through loop.run_in_executor. "
+        "run_in_executor adds asyncio's own cost to every call of every executor (wrap_future, a "
+        "call_soon_threadsafe from the thread that completes the future, the copy of its state "
+        "on the loop), which is why the executor row is below the pool's.",
         _common.LOAD_NOTE,
         *infos,
     ]

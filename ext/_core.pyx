@@ -29,6 +29,7 @@ include "queues.pxi"
 include "wakeup.pxi"
 include "interp.pxi"
 include "worker.pxi"
+include "channel.pxi"
 
 JOB_KIND_CALL = JOB_CALL
 JOB_KIND_EXEC = JOB_EXEC

@@ -80,6 +80,9 @@ cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
         # "current_tid cleared" (that stretch runs no bytecode, so it never
         # yields): the exception lands in the task, or is cleared unraised.
         PyThreadState_SetAsyncExc(w.ident, PyExc_KeyboardInterrupt)
+        # A task blocked in a channel's send_sync/recv_sync sits in C: wake it
+        # so it returns to bytecode, where the exception fires (channel.pxi).
+        chan_interrupt_thread(w.ident)
     PyThreadState_Clear(ts)
     # GIL: sub -> none
     PyThreadState_DeleteCurrent()

@@ -138,6 +138,8 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
         buf_put(b, &d, 8)
         d = (<complex>obj).imag
         return buf_put(b, &d, 8)
+    if chan_try_encode_end(b, obj):  # channel.pxi: an end crosses as a handle
+        return 0
     return encode_pickled(b, obj)
 
 
@@ -210,6 +212,8 @@ cdef object decode_obj(Reader* r):
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
         return frozenset([decode_obj(r) for i in range(n)])
+    if tag == TAG_CHANNEL:
+        return chan_decode_end(r)
     n = rd_i64(r)
     rd_need(r, n)
     start = r.p

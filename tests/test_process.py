@@ -224,3 +224,23 @@ async def test_pipe_wakeup_fallback(monkeypatch):
     monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "bogus")
     with pytest.raises(ValueError, match="AIOSUBINTERP_WAKEUP='bogus'"):
         _loop.wakeup_mechanism()
+
+
+def test_worker_side_modules_do_not_import_asyncio():
+    # Workers import these; asyncio in a worker aborts CPython 3.12.1 at exit
+    # once a loop ran, and uvloop refuses to load there.
+    code = ("import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._worker, "
+            "aiosubinterp._channel, aiosubinterp._chunks, aiosubinterp._demowork; "
+            "print(sorted(m for m in ('asyncio', 'uvloop') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_public_names_resolve():
+    for name in asi.__all__:
+        assert getattr(asi, name) is not None, name
+    assert set(asi.__all__) <= set(dir(asi))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        asi.nope  # noqa: B018

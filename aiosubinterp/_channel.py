@@ -1,0 +1,376 @@
+"""Channels: send and receive ends usable from event loops, threads and interpreters.
+
+The channel itself lives in C (aiosubinterp._core, ext/channel.pxi): a FIFO
+of encoded items with counts of open ends, shared by every interpreter that
+holds an end. This module adds the policy: awaitables, blocking calls,
+iteration, errors.
+
+Worker-side module: it is imported inside interpreters when an end crosses
+there, so it must not import asyncio at module level; the async methods
+import it when first called (they only run where a loop runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from typing import Any
+
+from aiosubinterp import _core
+from aiosubinterp._errors import (
+    BrokenChannelError,
+    ChannelClosedError,
+    EndOfChannel,
+    WouldBlock,
+)
+
+__all__ = ["ChannelStatistics", "RecvChannel", "SendChannel", "open_channel"]
+
+_DONE = _core.CHAN_DONE
+_END = _core.CHAN_END
+_BROKEN = _core.CHAN_BROKEN
+_CLOSED = _core.CHAN_CLOSED
+_WOULDBLOCK = _core.CHAN_WOULDBLOCK
+_TIMEOUT = _core.CHAN_TIMEOUT
+_INTERRUPTED = _core.CHAN_INTERRUPTED
+
+# Loaded on first async use (never inside a worker interpreter).
+_aio: Any = None
+_loop_mod: Any = None
+
+
+def _async_env(what: str) -> tuple[Any, Any]:
+    """(running loop, its LoopHub); a clear error without a running loop."""
+    global _aio, _loop_mod
+    if _loop_mod is None:
+        import asyncio
+
+        from aiosubinterp import _loop
+
+        _aio, _loop_mod = asyncio, _loop
+    try:
+        loop = _aio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs a running event loop; in synchronous code (a worker "
+            "interpreter, a plain thread) use the blocking form (send_sync / recv_sync / "
+            "select_sync) instead"
+        ) from None
+    return loop, _loop_mod.hub_for(loop)
+
+
+def _check_not_on_loop(what: str, instead: str) -> None:
+    aio = sys.modules.get("asyncio")
+    if aio is not None and aio._get_running_loop() is not None:
+        raise RuntimeError(
+            f"{what} blocks, and this thread runs an event loop (it would stall it): "
+            f"use `{instead}` in async code instead"
+        )
+
+
+def _deadline(timeout: float | None) -> float:
+    if timeout is None:
+        return -1.0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0 or (
+        timeout != timeout
+    ):
+        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
+    return _core.monotonic() + timeout
+
+
+def _defer_cancel(exc: BaseException) -> None:
+    """The operation completed although its task was cancelled: re-arm the cancellation.
+
+    Called while handling the CancelledError: the task's cancel count stays
+    the same, and the next await of the task raises CancelledError again.
+    """
+    task = _aio.current_task()
+    if task is not None:
+        task.uncancel()
+        task.cancel(exc.args[0] if exc.args else None)
+
+
+def send_error(end: object, status: int) -> BaseException:
+    if status == _CLOSED:
+        return ChannelClosedError(
+            f"{end!r} is closed: it cannot send any more (use another open send end, or "
+            "clone() one before closing)"
+        )
+    if status == _BROKEN:
+        return BrokenChannelError(
+            f"cannot send on {end!r}: every receive end of the channel is closed, nobody "
+            "can receive this item"
+        )
+    if status == _WOULDBLOCK:
+        return WouldBlock(f"{end!r}: the channel is full (or, unbuffered, has no waiting receiver)")
+    return RuntimeError(f"aiosubinterp: unexpected channel status {status}; please report this bug")
+
+
+def recv_error(end: object, status: int, index: int | None = None) -> BaseException:
+    if status == _END:
+        return EndOfChannel(f"{end!r}: every send end is closed and the buffer is drained",
+                            index=index)
+    if status == _CLOSED:
+        return ChannelClosedError(f"{end!r} is closed: it cannot receive any more")
+    if status == _WOULDBLOCK:
+        return WouldBlock(f"{end!r}: no item is ready")
+    return RuntimeError(f"aiosubinterp: unexpected channel status {status}; please report this bug")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelStatistics:
+    """A snapshot of a channel (trio's names).
+
+    Attributes:
+        current_buffer_used: items buffered now.
+        max_buffer_size: the channel's maxsize (``math.inf`` if unbounded).
+        open_send_channels: open send ends (including ends on their way to an interpreter).
+        open_receive_channels: open receive ends (likewise).
+        tasks_waiting_send: senders (tasks or threads) blocked in send.
+        tasks_waiting_receive: receivers blocked in recv or select.
+    """
+
+    current_buffer_used: int
+    max_buffer_size: float
+    open_send_channels: int
+    open_receive_channels: int
+    tasks_waiting_send: int
+    tasks_waiting_receive: int
+
+
+class _End(_core.ChannelEnd):
+    __slots__ = ()
+
+    def close(self) -> None:
+        """Close this end (idempotent). Its clones stay open.
+
+        When the last send end closes, receivers drain what is buffered and
+        then get EndOfChannel; when the last receive end closes, senders get
+        BrokenChannelError and buffered items are dropped.
+        """
+        self._close()
+
+    async def aclose(self) -> None:
+        """Close this end, as close(); for ``async with`` and trio-style code.
+
+        Cancellation: closing does not wait; it always happens.
+        """
+        self._close()
+
+    def clone(self):
+        """A new, independently closable end of the same kind on the same channel.
+
+        The channel ends (or breaks) only when every clone is closed: give one
+        clone to each producer (fan-in) or consumer (fan-out).
+        """
+        end = self._clone()
+        if end is None:
+            raise ChannelClosedError(f"{self!r} is closed: clone it before closing it")
+        return end
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot: buffered items, open ends, waiting senders and receivers."""
+        used, maxsize, senders, receivers, wsend, wrecv = self._stats()
+        return ChannelStatistics(used, math.inf if maxsize < 0 else maxsize, senders,
+                                 receivers, wsend, wrecv)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<aiosubinterp.{type(self).__name__} channel={self._channel_id} {state}>"
+
+
+class SendChannel(_End):
+    """The send end of a channel (``open_channel()`` makes one).
+
+    Items cross to the receiver's interpreter as copies (the same rules as
+    task arguments); channel ends themselves can be sent.
+
+    Thread-safety: any thread of the interpreter that holds it; the channel
+    is shared by every interpreter holding one of its ends. Pass the end
+    itself (as a task argument or through a channel) to use it elsewhere.
+    """
+
+    __slots__ = ()
+
+    async def send(self, value: object) -> None:
+        """Send value, waiting while the channel is full (or, unbuffered, until a receiver takes it).
+
+        Raises:
+            ChannelClosedError: this end is closed.
+            BrokenChannelError: every receive end is closed.
+
+        Cancellation: atomic. If CancelledError is raised, the item was not
+        sent. If the item had already been taken when the cancellation came,
+        send() returns normally and the task's next await raises CancelledError.
+        """
+        loop, hub = _async_env("SendChannel.send()")
+        op = self._send_begin(value, hub.core)
+        if op.__class__ is int:
+            if op == _DONE:
+                return
+            raise send_error(self, op)
+        fut = loop.create_future()
+        op.waiter = fut
+        hub.pending[op.token] = op
+        try:
+            status = await fut
+        except BaseException as exc:
+            hub.pending.pop(op.token, None)
+            if op.cancel() or op.status != _DONE or not isinstance(exc, _aio.CancelledError):
+                raise
+            _defer_cancel(exc)
+            return
+        if status != _DONE:
+            raise send_error(self, status)
+
+    def send_nowait(self, value: object) -> None:
+        """Send value if that needs no waiting; else raise WouldBlock (nothing sent)."""
+        status = self._send_nowait(value)
+        if status != _DONE:
+            raise send_error(self, status)
+
+    def send_sync(self, value: object, timeout: float | None = None) -> None:
+        """Send value, blocking this thread (its interpreter's GIL released) while needed.
+
+        For synchronous code: worker interpreters, plain threads. Raises
+        TimeoutError (nothing sent) when timeout seconds pass, RuntimeError
+        on a thread that runs an event loop (``await send()`` there).
+        """
+        _check_not_on_loop("SendChannel.send_sync()", "await send.send(x)")
+        deadline = _deadline(timeout)
+        while True:
+            # Interrupted: return to bytecode so a task cancellation can fire, then retry.
+            status = self._send_wait(value, deadline)
+            if status != _INTERRUPTED:
+                break
+        if status == _DONE:
+            return
+        if status == _TIMEOUT:
+            raise TimeoutError(f"{self!r}: send_sync() timed out after {timeout} s (nothing sent)")
+        raise send_error(self, status)
+
+
+class RecvChannel(_End):
+    """The receive end of a channel (``open_channel()`` makes one).
+
+    ``async for x in recv`` in async code, ``for x in recv`` in synchronous
+    code; both end when every send end is closed and the buffer is drained.
+
+    Thread-safety: as SendChannel.
+    """
+
+    __slots__ = ()
+
+    async def recv(self) -> Any:
+        """Receive the next item, waiting until one is sent.
+
+        Raises:
+            EndOfChannel: every send end is closed and nothing is buffered.
+            ChannelClosedError: this end is closed.
+
+        Cancellation: atomic. If CancelledError is raised, no item was taken:
+        an item that was handed over at the same moment goes back to the
+        front of the channel.
+        """
+        status, _, value = self._recv_nowait()
+        if status == _DONE:
+            return value
+        if status != _WOULDBLOCK:
+            raise recv_error(self, status)
+        loop, hub = _async_env("RecvChannel.recv()")
+        op = self._recv_begin(hub.core)
+        if op.__class__ is tuple:
+            status, _, value = op
+            if status == _DONE:
+                return value
+            raise recv_error(self, status)
+        fut = loop.create_future()
+        op.waiter = fut
+        hub.pending[op.token] = op
+        try:
+            await fut
+        except BaseException:
+            hub.pending.pop(op.token, None)
+            if not op.cancel():
+                op.unget()
+            raise
+        status, _, value = op.take()
+        if status == _DONE:
+            return value
+        raise recv_error(self, status)
+
+    def recv_nowait(self) -> Any:
+        """The next item if one is ready; else raise WouldBlock (or EndOfChannel)."""
+        status, _, value = self._recv_nowait()
+        if status == _DONE:
+            return value
+        raise recv_error(self, status)
+
+    def recv_sync(self, timeout: float | None = None) -> Any:
+        """Receive the next item, blocking this thread (its interpreter's GIL released).
+
+        For synchronous code: worker interpreters, plain threads. Raises
+        TimeoutError (nothing taken) when timeout seconds pass, RuntimeError
+        on a thread that runs an event loop (``await recv()`` there).
+        """
+        _check_not_on_loop("RecvChannel.recv_sync()", "await recv.recv()")
+        deadline = _deadline(timeout)
+        while True:
+            status, _, value = self._recv_wait(deadline)
+            if status != _INTERRUPTED:
+                break
+        if status == _DONE:
+            return value
+        if status == _TIMEOUT:
+            raise TimeoutError(f"{self!r}: recv_sync() timed out after {timeout} s")
+        raise recv_error(self, status)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.recv()
+        except EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self.recv_sync()
+        except EndOfChannel:
+            raise StopIteration from None
+
+
+def open_channel(maxsize: float = 0) -> tuple[SendChannel, RecvChannel]:
+    """Open a channel; return its (send end, receive end).
+
+    Args:
+        maxsize: 0 (default) for a rendezvous channel, where a send completes
+            when a receiver takes the item; a positive int for a buffer of
+            that many items (send waits while it is full); ``math.inf`` for
+            an unbounded buffer.
+
+    The ends work in any interpreter and on any event loop: pass them as
+    task arguments or send them through channels.
+    """
+    if isinstance(maxsize, bool) or not (
+        (isinstance(maxsize, int) and maxsize >= 0) or maxsize == math.inf
+    ):
+        raise ValueError(f"maxsize must be an int >= 0 or math.inf, got {maxsize!r}")
+    return _core.open_channel_ends(-1 if maxsize == math.inf else maxsize)

@@ -1,0 +1,608 @@
+"""InterpreterPoolExecutor: a concurrent.futures.Executor over the interpreter engine.
+
+The same engine as InterpreterPool (one job queue, own-GIL interpreters on
+their own OS threads, start-up, max_tasks retirement) without an event loop:
+futures are ``concurrent.futures.Future`` objects, resolved by ONE daemon
+thread per executor that sleeps in poll() on the executor's own completion
+hub and drains it in batches. No thread is parked per task.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import functools
+import itertools
+import os
+import select
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import _base
+from typing import Any
+
+from aiosubinterp import _chunks, _core, _loop, _marshal, _pool
+from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
+
+__all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
+
+_PENDING = _base.PENDING
+_RUNNING = _base.RUNNING
+_FINISHED = _base.FINISHED
+_CANCELLED = _base.CANCELLED
+_CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
+
+_OK = _core.STATUS_OK
+_ERROR = _core.STATUS_ERROR
+_LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
+_RETIRED = _core.FLAG_RETIRED
+_WITHDRAWN = _core.CANCEL_CODE_WITHDRAWN
+_CALL = _core.JOB_KIND_CALL
+
+
+class BrokenInterpreterPool(BrokenPoolError, concurrent.futures.BrokenExecutor):
+    """The executor's interpreters could not start (preload or initializer failed).
+
+    Raised by ``submit()`` on a broken executor and set on the futures that
+    were waiting. It is a ``concurrent.futures.BrokenExecutor`` (as
+    ``BrokenThreadPool`` and ``BrokenProcessPool`` are) and an
+    ``aiosubinterp.BrokenPoolError``; ``__cause__`` is what went wrong.
+    """
+
+
+# Like the standard executors: once the interpreter starts shutting down, no
+# new work; and the program does not exit before submitted work is done.
+_global_shutdown = False
+_live: weakref.WeakSet[_Completions] = weakref.WeakSet()
+
+
+def _python_exit() -> None:
+    global _global_shutdown
+    _global_shutdown = True
+    for completions in list(_live):
+        completions.engine.close_here()
+        completions.join()  # the done-callbacks of the last calls run too
+
+
+# threading's exit hooks run before non-daemon threads are joined and before
+# atexit hooks (aiosubinterp._core's sweep, which would drop queued work).
+# concurrent.futures.thread registers its own wait the same way.
+try:
+    threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+except (AttributeError, RuntimeError):  # pragma: no cover - private API gone, or at exit
+    import atexit
+
+    atexit.register(_python_exit)
+
+
+def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
+    broken = engine._broken
+    err = BrokenInterpreterPool(
+        f"{broken}; this InterpreterPoolExecutor is not usable anymore: create a new one"
+    )
+    err.__cause__ = broken.__cause__ if broken is not None else None
+    return err
+
+
+class _Engine(_pool._Engine):
+    """The engine, with a synchronous close for the exit hook."""
+
+    _kind = "interpreter pool executor"
+
+    def close_here(self) -> None:
+        """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
+        with self._lock:
+            state = self._state
+            if state not in ("closing", "closed"):
+                self._state = "closing"
+        if state in ("closing", "closed"):
+            self._closed.exception()
+            return
+        self._queue.close()
+        if state == "new":
+            self._finish_close()
+        else:
+            self._shutdown()
+
+
+def _close_if_broken(engine: _pool._Engine, started: concurrent.futures.Future) -> None:
+    # A broken executor releases its completion thread and fds by itself, as
+    # the standard executors let their threads end; submit() keeps raising.
+    if started.exception() is not None:
+        engine.close()
+
+
+# Guards the creation of a future's Condition (see _Future).
+_lazy_lock = threading.Lock()
+_DONE = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED))
+_LOGGER = _base.LOGGER
+_Callback = Callable[["concurrent.futures.Future[Any]"], object]
+
+
+class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A Future whose cancel() withdraws the queued job; a started job cannot be cancelled.
+
+    Its ``threading.Condition`` (and its list of waiters) is created on first need (a thread that
+    waits, concurrent.futures.wait(), cancel(), repr()): most futures, such
+    as those awaited through loop.run_in_executor(), never need one, and it
+    is most of what a Future costs to make and to garbage-collect. Until it
+    exists, state changes happen under ``_lazy_lock``; whoever creates it
+    takes that lock too, so it sees every change made without it, and every
+    change after it goes through the Condition (the stdlib's code paths).
+    """
+
+    def __init__(self, owner: _Completions, tid: int) -> None:
+        # concurrent.futures.Future.__init__ (3.12, 3.13), minus the Condition.
+        self._cond: threading.Condition | None = None
+        self._state = _PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._waiter_list: list[Any] | None = None
+        self._done_callbacks: list[_Callback] = []
+        self._owner = owner
+        self._tid = tid
+
+    @property  # type: ignore[override]
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _lazy_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @property  # type: ignore[override]
+    def _waiters(self) -> list[Any]:
+        # Only concurrent.futures.wait() and as_completed() add waiters: most
+        # futures never need the list either.
+        waiters = self._waiter_list
+        if waiters is None:
+            with _lazy_lock:
+                waiters = self._waiter_list
+                if waiters is None:
+                    waiters = self._waiter_list = []
+        return waiters
+
+    # -- lock-free reads: a single attribute read is atomic --------------------------
+
+    def done(self) -> bool:
+        return self._state in _DONE
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED or self._state == _CANCELLED_AND_NOTIFIED
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == _FINISHED:
+            if self._exception is not None:
+                try:
+                    raise self._exception
+                finally:
+                    self = None  # type: ignore[assignment]  # break the cycle, as the stdlib does
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    # -- state changes -----------------------------------------------------------------
+
+    def add_done_callback(self, fn: _Callback) -> None:  # type: ignore[override]
+        with _lazy_lock:
+            if self._cond is not None:
+                now = None
+            elif self._state in _DONE:
+                now = True
+            else:
+                self._done_callbacks.append(fn)
+                return
+        if now is None:
+            super().add_done_callback(fn)
+            return
+        try:
+            fn(self)
+        except Exception:
+            _LOGGER.exception("exception calling callback for %r", self)
+
+    def set_result(self, result: Any) -> None:
+        with _lazy_lock:
+            if self._cond is None:
+                if self._state in _DONE:
+                    raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+                self._result = result
+                self._state = _FINISHED
+                fast = True
+            else:
+                fast = False
+        if fast:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        else:
+            super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        with _lazy_lock:
+            if self._cond is None:
+                if self._state in _DONE:
+                    raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+                self._exception = exception
+                self._state = _FINISHED
+                fast = True
+            else:
+                fast = False
+        if fast:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+        else:
+            super().set_exception(exception)
+
+    def cancel(self) -> bool:
+        """Cancel the call if it has not started; return False if it runs or has finished."""
+        with self._condition:
+            state = self._state
+            if state in (_CANCELLED, _CANCELLED_AND_NOTIFIED):
+                return True
+            if state != _PENDING:
+                return False
+            code, _ = self._owner.queue.cancel(self._tid)
+            if code != _WITHDRAWN:
+                # A worker took it: it runs (or ran), as RUNNING in the stdlib's
+                # executors, which never cancel a started call either.
+                self._state = _RUNNING
+                return False
+            self._owner.pending.pop(self._tid, None)
+            self._notify_cancelled()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
+
+    def running(self) -> bool:
+        with self._condition:
+            if self._state == _PENDING and self._owner.is_running(self._tid):
+                self._state = _RUNNING
+            return self._state == _RUNNING
+
+    def _notify_cancelled(self) -> None:
+        # Caller holds self._condition. The job will never run: notify the
+        # waiters now (the stdlib's executors do it with
+        # set_running_or_notify_cancel() when they skip the job), so wait()
+        # and as_completed() see the future as done.
+        self._state = _CANCELLED_AND_NOTIFIED
+        for waiter in self._waiters:
+            waiter.add_cancelled(self)
+        self._condition.notify_all()
+
+    def _force_cancel(self) -> None:
+        """The worker reported the call as interrupted (only at process exit)."""
+        with self._condition:
+            if self._state not in (_PENDING, _RUNNING):
+                return
+            self._notify_cancelled()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+
+class _Completions:
+    """The completion side of one executor: its hub, the futures in flight, the thread.
+
+    Holds no reference to the executor, so an executor dropped without
+    shutdown() is collected (its engine then closes and this thread ends).
+    """
+
+    def __init__(self, engine: _pool._Engine) -> None:
+        self.engine = engine
+        self.queue = engine._queue
+        self.pending: dict[int, _Future] = {}
+        self.hub = _core.Hub(use_pipe=_loop.wakeup_mechanism() == "pipe")
+        # The hub's fd says "completions"; this pipe says "the engine closed,
+        # every completion has been posted": drain once more and exit.
+        self._wake_r, self._wake_w = os.pipe()
+        self._wake_lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="aiosubinterp-executor",
+                                       daemon=True)
+        self.thread.start()
+        engine._closed.add_done_callback(self._wake)
+        _live.add(self)
+
+    def _wake(self, _: object = None) -> None:
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"\0")
+
+    def is_running(self, tid: int) -> bool:
+        # The process-wide registry, not engine._workers: a worker serves jobs
+        # as soon as it is ready, a moment before the engine lists it.
+        return any(current == tid for _, _, current in _core.live_workers())
+
+    def _wait(self) -> Callable[[], object]:
+        fds = (self.hub.fileno(), self._wake_r)
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            return poller.poll
+        return functools.partial(select.select, fds, (), ())
+
+    def _run(self) -> None:
+        wait = self._wait()
+        closed = self.engine._closed
+        try:
+            while True:
+                wait()  # releases the GIL while there is nothing to deliver
+                last = closed.done()  # read before draining: nothing can come after
+                self._deliver(self.hub.drain())
+                if last:
+                    break
+        finally:
+            leftovers = list(self.pending.values())
+            self.pending.clear()
+            for fut in leftovers:
+                err = RuntimeError(
+                    "the InterpreterPoolExecutor shut down before this call finished")
+                if self.engine._broken is not None:
+                    err = _broken_error(self.engine)
+                try:
+                    fut.set_exception(err)
+                except concurrent.futures.InvalidStateError:
+                    pass
+            with self._wake_lock:
+                os.close(self._wake_w)
+                self._wake_w = -1
+            os.close(self._wake_r)
+            self.hub.close()
+
+    def _deliver(self, completions: list[tuple[int, int, int, int, object]]) -> None:
+        # No lock of ours is held here: set_result() runs the done-callbacks,
+        # which may submit to this executor or cancel other futures.
+        pending = self.pending
+        engine = self.engine
+        for tid, status, flags, serial, value in completions:
+            if flags & _RETIRED:
+                engine._on_retired(serial)
+            fut = pending.pop(tid, None)
+            if fut is None:
+                continue
+            try:
+                if status == _OK:
+                    fut.set_result(value)
+                elif status == _ERROR:
+                    fut.set_exception(self._remote_error(value))  # type: ignore[arg-type]
+                elif status == _LOCAL_ERROR:
+                    err = ExecutionFailed(
+                        "the call finished, but its result could not be rebuilt in this "
+                        f"interpreter: {type(value).__name__}: {value}"
+                    )
+                    err.__cause__ = value  # type: ignore[assignment]
+                    fut.set_exception(err)
+                else:
+                    fut._force_cancel()
+            except concurrent.futures.InvalidStateError:
+                pass  # cancelled through concurrent.futures.Future.cancel(fut) meanwhile
+
+    def _remote_error(self, info: tuple) -> BaseException:
+        exc = rebuild(info)
+        if (isinstance(exc, BrokenPoolError) and not isinstance(exc, BrokenInterpreterPool)
+                and self.engine._broken is not None):
+            # The engine failed the queued jobs with its own BrokenPoolError.
+            return _broken_error(self.engine)
+        return exc
+
+    def join(self) -> None:
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+
+def _without_context_run(fn: object, args: tuple, kwargs: dict) -> tuple[object, tuple, dict]:
+    """Unwrap asyncio.to_thread's ``partial(Context.run, func, *args, **kwargs)``.
+
+    A contextvars.Context cannot cross to another interpreter, and its
+    variables would mean nothing there: the function is called without it.
+    """
+    if type(fn) is functools.partial:
+        run = fn.func
+        if (type(getattr(run, "__self__", None)) is contextvars.Context
+                and getattr(run, "__name__", None) == "run" and fn.args):
+            return fn.args[0], fn.args[1:] + args, {**fn.keywords, **kwargs}
+    return fn, args, kwargs
+
+
+def _chain_from_lists(results: Iterator[list[Any]]) -> Iterator[Any]:
+    for chunk in results:
+        chunk.reverse()
+        while chunk:
+            yield chunk.pop()
+
+
+# A ThreadPoolExecutor only by class: asyncio's loop.set_default_executor()
+# accepts nothing else (TypeError since 3.11), and CPython 3.14's own
+# InterpreterPoolExecutor derives from it too. ThreadPoolExecutor.__init__ is
+# not called and every method is replaced: no thread runs the calls.
+class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A ``concurrent.futures.Executor`` whose calls run in interpreters with their own GIL.
+
+    Args:
+        max_workers: number of interpreters (default: the CPUs this process
+            may use). ValueError if it is not positive.
+        initializer: a module-level function each interpreter calls once at
+            start, with ``initargs``. If it raises, the executor is broken:
+            the waiting futures get BrokenInterpreterPool, and so does submit().
+        initargs: arguments of the initializer.
+        preload: modules each interpreter imports at start.
+        max_tasks_per_interpreter: replace an interpreter after it ran this many calls.
+
+    The whole ``concurrent.futures`` contract: ``submit`` returns a
+    ``Future``; ``map`` (with ``timeout`` and ``chunksize``);
+    ``shutdown(wait=True, cancel_futures=False)``; the context manager;
+    ``wait``/``as_completed``. ``Future.cancel()`` withdraws a call that has
+    not started; a started one runs to its end (as in the standard
+    executors). It works with ``loop.run_in_executor(executor, fn, *args)``
+    and as a loop's default executor (``loop.set_default_executor``); then
+    ``asyncio.to_thread(fn, ...)`` runs fn in an interpreter too, without
+    the caller's context variables, which cannot cross interpreters.
+
+    Functions cross by reference (module and name) and must be module-level
+    functions, builtins, or picklable callables; arguments and results cross
+    by copy. submit() raises NotShareableError at once if they cannot.
+    Exceptions come back with their own type, caused by an ExecutionFailed
+    carrying the remote traceback.
+
+    Done-callbacks run on the executor's completion thread: keep them short
+    and never block there on another future of the same executor.
+
+    Thread-safety: every method may be called from any thread of the main
+    interpreter, including from done-callbacks.
+    """
+
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple = (),
+        preload: Iterable[str] = (),
+        max_tasks_per_interpreter: int | None = None,
+    ) -> None:
+        if max_workers is None:
+            max_workers = _pool.default_size()
+        elif isinstance(max_workers, bool) or not isinstance(max_workers, int):
+            raise TypeError(f"max_workers must be an int or None, got {type(max_workers).__name__}")
+        elif max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        self._max_workers = max_workers
+        self._engine = _Engine(
+            max_workers,
+            preload=preload,
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks_per_interpreter=max_tasks_per_interpreter,
+        )
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._completions: _Completions | None = None
+        self._engine._started.add_done_callback(functools.partial(_close_if_broken, self._engine))
+        # Dropped without shutdown(): finish the submitted calls, then destroy
+        # the interpreters (the standard executors also wind down on collection).
+        weakref.finalize(self, self._engine.close)
+
+    # -- submitting --------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._engine._broken is not None:
+            raise _broken_error(self._engine)
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if _global_shutdown:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    def _start(self) -> _Completions:
+        with self._lock:
+            self._check()
+            if self._completions is None:
+                self._completions = _Completions(self._engine)
+                self._engine._ensure_started()
+            return self._completions
+
+    def submit(  # type: ignore[override]
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        """Schedule fn(*args, **kwargs) in an interpreter; return its Future at once.
+
+        Raises NotShareableError (a TypeError) here, before anything is
+        queued, if fn or the arguments cannot cross; RuntimeError after
+        shutdown(); BrokenInterpreterPool if the interpreters failed to start.
+        """
+        if type(fn) is functools.partial:
+            fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
+        payload = _marshal.call_payload(fn, args, kwargs)
+        engine = self._engine
+        if self._shutdown or _global_shutdown or engine._broken is not None:
+            self._check()
+        owner = self._completions or self._start()
+        if engine._path is not None and sys.path != engine._path:
+            engine._path = list(sys.path)
+            engine._queue.set_settings((tuple(engine._path),))
+        tid = next(_pool._task_ids)
+        fut = _Future(owner, tid)
+        # Registered before it is queued: its completion may come at once.
+        owner.pending[tid] = fut
+        try:
+            owner.queue.submit(tid, _CALL, payload, owner.hub)
+        except BaseException as exc:
+            owner.pending.pop(tid, None)
+            if isinstance(exc, RuntimeError) and owner.queue.closed:
+                # shutdown() (or the engine breaking) closed the queue meanwhile.
+                self._check()
+                raise RuntimeError("cannot schedule new futures after shutdown") from None
+            if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
+                raise
+            raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
+        engine._submitted += 1
+        return fut
+
+    def map(  # type: ignore[override]
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[Any]:
+        """Like the builtin map(), the calls run in the interpreters; results in order.
+
+        Every call is submitted at once. ``timeout`` (seconds from this call)
+        makes the iteration raise TimeoutError when a result is not ready in
+        time. ``chunksize`` > 1 sends the items in chunks of that size, one
+        job per chunk (fewer round trips for many small items). The first
+        failing call raises its exception when its result is reached; the
+        calls not yet started are then cancelled.
+        """
+        if isinstance(chunksize, bool) or not isinstance(chunksize, int):
+            raise TypeError(f"chunksize must be an int, got {type(chunksize).__name__}")
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if chunksize == 1:
+            return super().map(fn, *iterables, timeout=timeout)
+        _marshal.call_payload(fn, (), {})  # a lambda or closure: say so here
+        results = super().map(functools.partial(_chunks.run_chunk, fn),
+                              itertools.batched(zip(*iterables), chunksize), timeout=timeout)
+        return _chain_from_lists(results)
+
+    # -- shutting down -----------------------------------------------------------
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop accepting calls; with wait=True, return once they ran and the interpreters are gone.
+
+        Calls already submitted run to their end, except, with
+        ``cancel_futures=True``, those that have not started: their futures
+        are cancelled. Idempotent. With wait=False it returns at once and the
+        interpreters are destroyed on a helper thread once the calls are done;
+        the program does not exit before that.
+        """
+        with self._lock:
+            self._shutdown = True
+            owner = self._completions
+        if cancel_futures and owner is not None:
+            # In submission order: each withdrawal then finds its job at the head.
+            for _, fut in sorted(list(owner.pending.items())):
+                fut.cancel()
+        self._engine.close()
+        if wait:
+            self._engine._closed.exception()
+            if owner is not None:
+                owner.join()
+
+    # -- introspection -----------------------------------------------------------
+
+    def statistics(self) -> dict[str, int | str]:
+        """A snapshot: size, state, busy, queued, submitted, replaced interpreters."""
+        return self._engine.statistics()
+
+    def __repr__(self) -> str:
+        return (f"<aiosubinterp.InterpreterPoolExecutor max_workers={self._max_workers} "
+                f"{self._engine._state}>")
+
+    # ThreadPoolExecutor internals that must never run here.
+    def _adjust_thread_count(self) -> None:  # pragma: no cover
+        raise NotImplementedError("InterpreterPoolExecutor runs no threads")
+
+    def _initializer_failed(self) -> None:  # pragma: no cover
+        raise NotImplementedError("InterpreterPoolExecutor runs no threads")

@@ -1,0 +1,1007 @@
+# channel.pxi: channel core: a FIFO of encoded items, open-end counts, close, waiters, select.
+#
+# A channel is a C struct: no Python object is stored in it, so any
+# interpreter (or none) may touch it. Items are xdata blobs prefixed by a
+# ChanItem header (one malloc per item, made under the sender's GIL, decoded
+# under the receiver's GIL).
+#
+# Locking: every channel of the process shares ONE mutex (asi_chan_mu). The
+# critical sections are a few pointer moves, and a single lock makes select
+# trivially atomic (an operation waiting on several channels is committed or
+# withdrawn on all of them at once, with no lock ordering between channels).
+# Lock order: a thread may take asi_chan_mu while holding some interpreter's
+# GIL, and a hub's mutex while holding asi_chan_mu; it never waits for a GIL
+# while holding asi_chan_mu.
+#
+# Waiters ("ops"): a send or a receive (or a select over several receive
+# ends) that cannot complete now registers a ChanOp with one ChanLink per
+# channel. Whoever makes it completable commits it under the lock:
+#   - a receive op gets the item moved into op.item (never into a hub
+#     completion), so a cancelled receiver can put it back at the FRONT of the
+#     channel (ChannelOp.unget): nothing is lost or duplicated;
+#   - an asyncio op gets a completion with no data posted to its loop's hub
+#     (token = the op's id, status = CH_*); the hub's lock is held while
+#     committing, so an op whose loop is gone (hub closed) is never given an
+#     item: it is withdrawn instead and the next waiter is tried;
+#   - a blocking op (thread in send_sync/recv_sync) is woken through its own
+#     condition variable, waited on with this interpreter's GIL released.
+#
+# Handles: each open end (a ChannelEnd object, or an end encoded in a blob
+# on its way to another interpreter) counts as one sender or receiver and
+# holds one reference on the channel. Known limitation: a blob that is freed
+# without being decoded (a job withdrawn before it ran, an item left in a
+# channel whose receivers are all gone, an encoding that failed half-way)
+# keeps the counts of the ends it carried: such a channel never ends.
+
+cdef extern from *:
+    """
+    static pthread_mutex_t asi_chan_mu = PTHREAD_MUTEX_INITIALIZER;
+    /* Completion tokens of channel ops: disjoint from task ids (small counters). */
+    static uint64_t asi_chan_tokens = ((uint64_t)1) << 62;
+    static uint64_t asi_chan_ids = 0;
+    static unsigned long asi_chan_rotor = 0;
+    /* Blocking ops currently waiting (a ChanOp* list), for interruptions. */
+    static void *asi_chan_sync_head = NULL;
+    """
+    pthread_mutex_t asi_chan_mu
+    uint64_t asi_chan_tokens
+    uint64_t asi_chan_ids
+    unsigned long asi_chan_rotor
+    void* asi_chan_sync_head
+
+
+cdef enum:
+    TAG_CHANNEL = 67        # 'C': channel pointer (int64) + end kind (int64); owns one handle
+
+cdef enum:
+    CH_SEND = 1
+    CH_RECV = 2
+
+cdef enum:
+    # Results of channel operations; also the statuses of their completions.
+    CH_DONE = 16            # the item moved
+    CH_END = 17             # receive: every sender closed and the buffer is empty
+    CH_BROKEN = 18          # send: every receiver closed
+    CH_CLOSED = 19          # the end used is closed (by this or another task)
+    CH_WOULDBLOCK = 20
+    CH_TIMEOUT = 21
+    CH_INTERRUPTED = 22     # a blocking wait was interrupted (task cancelled): retry from Python
+
+cdef enum:
+    OPS_WAITING = 0
+    OPS_DONE = 1
+    OPS_CANCELLED = 2
+
+
+cdef struct ChanItem:
+    ChanItem* next
+    Py_ssize_t size          # payload bytes, which follow this header
+
+
+cdef struct ChanState:
+    ChanItem* head
+    ChanItem* tail
+    Py_ssize_t count
+    Py_ssize_t maxsize       # < 0: unbounded; 0: rendezvous
+    Py_ssize_t senders       # open send handles
+    Py_ssize_t receivers     # open receive handles
+    Py_ssize_t refs          # handles (open or closed, not yet freed) + ops linked to it
+    void* rq_head            # ChanLink*: waiting receivers, FIFO
+    void* rq_tail
+    void* sq_head            # ChanLink*: waiting senders, FIFO
+    void* sq_tail
+    Py_ssize_t n_rwait
+    Py_ssize_t n_swait
+    uint64_t id
+
+
+cdef struct ChanLink:
+    ChanLink* next
+    ChanLink* prev
+    ChanState* chan
+    void* op                 # ChanOp*
+    int index
+    int linked
+
+
+cdef struct ChanOp:
+    int kind                 # CH_SEND / CH_RECV
+    int state                # OPS_*
+    int status               # CH_* once done
+    int index                # which link committed
+    ChanItem* item           # send: the item to hand over; receive: the item received
+    HubState* hub            # asyncio op: its loop's hub (one reference held)
+    uint64_t token
+    Completion* comp         # preallocated completion (asyncio op)
+    int is_sync
+    int interrupted
+    int in_sync_list
+    unsigned long ident      # blocking op: the waiting thread
+    pthread_cond_t cv
+    ChanOp* sync_next
+    ChanOp* sync_prev
+    int nlinks
+    ChanLink* links
+
+
+# -- item blobs ------------------------------------------------------------------
+
+
+cdef ChanItem* item_encode(object obj) except NULL:
+    cdef Buf b
+    cdef ChanItem* item
+    b.data = NULL
+    b.size = 0
+    b.cap = 0
+    try:
+        if type(obj) is bytes:
+            # One allocation for large buffers instead of a chain of reallocs.
+            buf_reserve(&b, sizeof(ChanItem) + 16 + PyBytes_GET_SIZE(obj))
+        else:
+            buf_reserve(&b, sizeof(ChanItem) + 64)
+        b.size = sizeof(ChanItem)
+        encode_into(&b, obj)
+    except BaseException:
+        buf_free(&b)
+        raise
+    item = <ChanItem*>b.data
+    item.next = NULL
+    item.size = b.size - <Py_ssize_t>sizeof(ChanItem)
+    return item
+
+
+cdef object item_decode(ChanItem* item):
+    return decode_blob((<char*>item) + sizeof(ChanItem), item.size)
+
+
+# -- waiter lists (asi_chan_mu held) -------------------------------------------------
+
+
+cdef void link_append(ChanLink* l) noexcept nogil:
+    cdef ChanState* c = l.chan
+    cdef ChanLink** head
+    cdef ChanLink** tail
+    if (<ChanOp*>l.op).kind == CH_RECV:
+        head = <ChanLink**>&c.rq_head
+        tail = <ChanLink**>&c.rq_tail
+        c.n_rwait += 1
+    else:
+        head = <ChanLink**>&c.sq_head
+        tail = <ChanLink**>&c.sq_tail
+        c.n_swait += 1
+    l.next = NULL
+    l.prev = tail[0]
+    if tail[0] != NULL:
+        tail[0].next = l
+    else:
+        head[0] = l
+    tail[0] = l
+    l.linked = 1
+
+
+cdef void link_unlink(ChanLink* l) noexcept nogil:
+    cdef ChanState* c = l.chan
+    cdef ChanLink** head
+    cdef ChanLink** tail
+    if not l.linked:
+        return
+    if (<ChanOp*>l.op).kind == CH_RECV:
+        head = <ChanLink**>&c.rq_head
+        tail = <ChanLink**>&c.rq_tail
+        c.n_rwait -= 1
+    else:
+        head = <ChanLink**>&c.sq_head
+        tail = <ChanLink**>&c.sq_tail
+        c.n_swait -= 1
+    if l.prev != NULL:
+        l.prev.next = l.next
+    else:
+        head[0] = l.next
+    if l.next != NULL:
+        l.next.prev = l.prev
+    else:
+        tail[0] = l.prev
+    l.next = NULL
+    l.prev = NULL
+    l.linked = 0
+
+
+cdef void op_withdraw(ChanOp* op) noexcept nogil:
+    cdef int i
+    for i in range(op.nlinks):
+        link_unlink(&op.links[i])
+
+
+cdef void sync_list_add(ChanOp* op) noexcept nogil:
+    global asi_chan_sync_head
+    op.sync_prev = NULL
+    op.sync_next = <ChanOp*>asi_chan_sync_head
+    if op.sync_next != NULL:
+        op.sync_next.sync_prev = op
+    asi_chan_sync_head = <void*>op
+    op.in_sync_list = 1
+
+
+cdef void sync_list_remove(ChanOp* op) noexcept nogil:
+    global asi_chan_sync_head
+    if not op.in_sync_list:
+        return
+    if op.sync_prev != NULL:
+        op.sync_prev.sync_next = op.sync_next
+    else:
+        asi_chan_sync_head = <void*>op.sync_next
+    if op.sync_next != NULL:
+        op.sync_next.sync_prev = op.sync_prev
+    op.in_sync_list = 0
+
+
+cdef bint op_complete(ChanOp* op, int status, int index, ChanItem* item) noexcept nogil:
+    """Commit a waiting op. asi_chan_mu held. A receive op takes `item` (may be NULL).
+
+    Returns False, and withdraws the op without giving it anything, when the
+    op's event loop is gone (its hub is closed).
+    """
+    cdef HubState* h = op.hub
+    cdef Completion* comp
+    cdef bint was_empty
+    op_withdraw(op)
+    if op.is_sync:
+        op.state = OPS_DONE
+        op.status = status
+        op.index = index
+        if item != NULL:
+            op.item = item
+        pthread_cond_signal(&op.cv)
+        return True
+    pthread_mutex_lock(&h.mu)
+    if h.closed:
+        pthread_mutex_unlock(&h.mu)
+        op.state = OPS_CANCELLED
+        return False
+    op.state = OPS_DONE
+    op.status = status
+    op.index = index
+    if item != NULL:
+        op.item = item
+    comp = op.comp
+    op.comp = NULL
+    comp.next = NULL
+    comp.tid = op.token
+    comp.status = status
+    comp.flags = 0
+    comp.worker_serial = 0
+    comp.data = NULL
+    comp.size = 0
+    was_empty = h.head == NULL
+    if h.tail == NULL:
+        h.head = comp
+    else:
+        h.tail.next = comp
+    h.tail = comp
+    pthread_mutex_unlock(&h.mu)
+    if was_empty:
+        hub_wake(h)
+    return True
+
+
+# -- the channel state machine (asi_chan_mu held) --------------------------------------
+
+
+cdef bint chan_give(ChanState* c, ChanItem* item) noexcept nogil:
+    """Hand item to the first waiting receiver that can take it."""
+    cdef ChanLink* l
+    while c.rq_head != NULL:
+        l = <ChanLink*>c.rq_head
+        if op_complete(<ChanOp*>l.op, CH_DONE, l.index, item):
+            return True
+    return False
+
+
+cdef ChanItem* chan_take_sender(ChanState* c) noexcept nogil:
+    """Take the item of the first waiting sender that can be released, or NULL."""
+    cdef ChanLink* l
+    cdef ChanOp* op
+    cdef ChanItem* item
+    while c.sq_head != NULL:
+        l = <ChanLink*>c.sq_head
+        op = <ChanOp*>l.op
+        item = op.item
+        if op_complete(op, CH_DONE, l.index, NULL):
+            op.item = NULL
+            return item
+    return NULL
+
+
+cdef inline void chan_push(ChanState* c, ChanItem* item, bint front) noexcept nogil:
+    if front:
+        item.next = c.head
+        c.head = item
+        if c.tail == NULL:
+            c.tail = item
+    else:
+        item.next = NULL
+        if c.tail == NULL:
+            c.head = item
+        else:
+            c.tail.next = item
+        c.tail = item
+    c.count += 1
+
+
+cdef int chan_try_send(ChanState* c, ChanItem* item) noexcept nogil:
+    """CH_DONE (item taken), CH_BROKEN or CH_WOULDBLOCK (item still the caller's)."""
+    if c.receivers <= 0:
+        return CH_BROKEN
+    if chan_give(c, item):
+        return CH_DONE
+    if c.maxsize < 0 or c.count < c.maxsize:
+        chan_push(c, item, False)
+        return CH_DONE
+    return CH_WOULDBLOCK
+
+
+cdef int chan_try_recv(ChanState* c, ChanItem** out) noexcept nogil:
+    """CH_DONE (out set), CH_END or CH_WOULDBLOCK."""
+    cdef ChanItem* item = c.head
+    cdef ChanItem* moved
+    if item != NULL:
+        c.head = item.next
+        if c.head == NULL:
+            c.tail = NULL
+        c.count -= 1
+        item.next = NULL
+        out[0] = item
+        # A slot opened: the first blocked sender's item moves into the buffer.
+        while c.sq_head != NULL and (c.maxsize < 0 or c.count < c.maxsize):
+            moved = chan_take_sender(c)
+            if moved == NULL:
+                break
+            chan_push(c, moved, False)
+        return CH_DONE
+    item = chan_take_sender(c)
+    if item != NULL:
+        out[0] = item
+        return CH_DONE
+    if c.senders <= 0:
+        return CH_END
+    return CH_WOULDBLOCK
+
+
+cdef void chan_free_items(ChanState* c) noexcept nogil:
+    cdef ChanItem* item = c.head
+    cdef ChanItem* nxt
+    while item != NULL:
+        nxt = item.next
+        free(item)
+        item = nxt
+    c.head = NULL
+    c.tail = NULL
+    c.count = 0
+
+
+cdef void chan_close_handle(ChanState* c, int kind) noexcept nogil:
+    """One handle of `kind` is closed: wake who can no longer make progress."""
+    cdef ChanLink* l
+    if kind == CH_SEND:
+        c.senders -= 1
+        if c.senders > 0:
+            return
+        # Receivers wait only while the buffer is empty: the channel has ended.
+        while c.rq_head != NULL:
+            l = <ChanLink*>c.rq_head
+            op_complete(<ChanOp*>l.op, CH_END, l.index, NULL)
+        while c.sq_head != NULL:
+            l = <ChanLink*>c.sq_head
+            op_complete(<ChanOp*>l.op, CH_CLOSED, l.index, NULL)
+    else:
+        c.receivers -= 1
+        if c.receivers > 0:
+            return
+        while c.sq_head != NULL:
+            l = <ChanLink*>c.sq_head
+            op_complete(<ChanOp*>l.op, CH_BROKEN, l.index, NULL)
+        while c.rq_head != NULL:
+            l = <ChanLink*>c.rq_head
+            op_complete(<ChanOp*>l.op, CH_CLOSED, l.index, NULL)
+        # Nobody can ever receive these.
+        chan_free_items(c)
+
+
+cdef void chan_unref(ChanState* c) noexcept nogil:
+    """Drop one reference. asi_chan_mu held; frees the channel on the last one."""
+    c.refs -= 1
+    if c.refs > 0:
+        return
+    chan_free_items(c)
+    free(c)
+
+
+cdef void chan_interrupt_thread(unsigned long ident) noexcept nogil:
+    """Wake every blocking channel wait of thread `ident` (its task is being cancelled).
+
+    Called by interp_interrupt right after it injected the exception, holding
+    that interpreter's GIL: a wait registered later runs bytecode first, where
+    the injected exception fires.
+    """
+    cdef ChanOp* op
+    pthread_mutex_lock(&asi_chan_mu)
+    op = <ChanOp*>asi_chan_sync_head
+    while op != NULL:
+        if op.ident == ident:
+            op.interrupted = 1
+            pthread_cond_signal(&op.cv)
+        op = op.sync_next
+    pthread_mutex_unlock(&asi_chan_mu)
+
+
+# -- ops ---------------------------------------------------------------------------------
+
+
+cdef ChanOp* op_new(int kind, int nlinks, bint is_sync) noexcept nogil:
+    cdef ChanOp* op = <ChanOp*>calloc(1, sizeof(ChanOp))
+    if op == NULL:
+        return NULL
+    op.links = <ChanLink*>calloc(nlinks, sizeof(ChanLink))
+    if op.links == NULL:
+        free(op)
+        return NULL
+    if is_sync:
+        asi_cond_init(&op.cv)
+    else:
+        op.comp = <Completion*>calloc(1, sizeof(Completion))
+        if op.comp == NULL:
+            free(op.links)
+            free(op)
+            return NULL
+    op.kind = kind
+    op.nlinks = nlinks
+    op.is_sync = is_sync
+    op.state = OPS_WAITING
+    return op
+
+
+cdef void op_register(ChanOp* op, ChanState** chans) noexcept nogil:
+    """Link op on every channel (asi_chan_mu held); each link holds a channel reference."""
+    global asi_chan_tokens
+    cdef int i
+    cdef ChanLink* l
+    for i in range(op.nlinks):
+        l = &op.links[i]
+        l.chan = chans[i]
+        l.op = <void*>op
+        l.index = i
+        chans[i].refs += 1
+        link_append(l)
+    asi_chan_tokens += 1
+    op.token = asi_chan_tokens
+
+
+cdef void op_unget_locked(ChanOp* op) noexcept nogil:
+    """Put a received, unclaimed item back at the front of its channel. asi_chan_mu held."""
+    cdef ChanItem* item = op.item
+    cdef ChanState* c
+    if item == NULL or op.kind != CH_RECV:
+        return
+    op.item = NULL
+    c = op.links[op.index].chan
+    if c.receivers <= 0:
+        free(item)
+    elif not chan_give(c, item):
+        chan_push(c, item, True)
+
+
+cdef void op_free(ChanOp* op) noexcept nogil:
+    """Withdraw (or unget) and free. Takes asi_chan_mu."""
+    cdef int i
+    cdef ChanItem* item
+    cdef HubState* h = op.hub
+    pthread_mutex_lock(&asi_chan_mu)
+    if op.state == OPS_WAITING:
+        op_withdraw(op)
+        op.state = OPS_CANCELLED
+    sync_list_remove(op)
+    # A received item nobody claimed goes back: never lost.
+    op_unget_locked(op)
+    item = op.item
+    op.item = NULL
+    for i in range(op.nlinks):
+        if op.links[i].chan != NULL:
+            chan_unref(op.links[i].chan)
+            op.links[i].chan = NULL
+    pthread_mutex_unlock(&asi_chan_mu)
+    free(item)
+    if h != NULL:
+        hub_decref(h)
+    if op.is_sync:
+        pthread_cond_destroy(&op.cv)
+    free(op.comp)
+    free(op.links)
+    free(op)
+
+
+cdef int op_wait_blocking(ChanOp* op, double deadline) noexcept nogil:
+    """Block until op is committed, the deadline passes or the thread is interrupted.
+
+    No GIL held; takes asi_chan_mu. Returns op's status, CH_TIMEOUT or CH_INTERRUPTED.
+    """
+    cdef int st
+    pthread_mutex_lock(&asi_chan_mu)
+    while op.state == OPS_WAITING and not op.interrupted:
+        if deadline >= 0:
+            if asi_cond_wait_until(&op.cv, &asi_chan_mu, deadline) == ETIMEDOUT:
+                break
+        else:
+            pthread_cond_wait(&op.cv, &asi_chan_mu)
+    sync_list_remove(op)
+    if op.state == OPS_WAITING:
+        op_withdraw(op)
+        op.state = OPS_CANCELLED
+        st = CH_INTERRUPTED if op.interrupted else CH_TIMEOUT
+    else:
+        st = op.status
+    pthread_mutex_unlock(&asi_chan_mu)
+    return st
+
+
+cdef class ChannelOp:
+    """A channel send, receive or select waiting for its event loop (internal).
+
+    Registered in its hub's ``pending`` under ``token``; the loop calls
+    ``_deliver(status, None)`` when the op was committed, which resolves
+    ``waiter`` (a future) with the status. Received items stay in C until
+    ``take()`` decodes them, so ``unget()`` can put one back unchanged.
+
+    Thread-safety: use it from the thread of its loop.
+    """
+    cdef ChanOp* op
+    cdef public object waiter
+
+    def __dealloc__(self):
+        if self.op != NULL:
+            op_free(self.op)
+            self.op = NULL
+
+    @property
+    def token(self):
+        return self.op.token
+
+    @property
+    def status(self):
+        """CH_* once committed, else 0."""
+        cdef int st
+        pthread_mutex_lock(&asi_chan_mu)
+        st = self.op.status if self.op.state == OPS_DONE else 0
+        pthread_mutex_unlock(&asi_chan_mu)
+        return st
+
+    def _deliver(self, int status, value):
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(status)
+
+    def cancel(self):
+        """Withdraw if still waiting: True means nothing happened; False: it was committed."""
+        cdef bint withdrawn = False
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.op.state == OPS_WAITING:
+            op_withdraw(self.op)
+            self.op.state = OPS_CANCELLED
+            withdrawn = True
+        pthread_mutex_unlock(&asi_chan_mu)
+        return withdrawn
+
+    def take(self):
+        """(status, index, value) of a committed op; decodes a received item here."""
+        cdef ChanItem* item
+        cdef int st
+        cdef int idx
+        pthread_mutex_lock(&asi_chan_mu)
+        item = self.op.item if self.op.kind == CH_RECV else NULL
+        if item != NULL:
+            self.op.item = NULL
+        st = self.op.status if self.op.state == OPS_DONE else CH_CLOSED
+        idx = self.op.index
+        pthread_mutex_unlock(&asi_chan_mu)
+        if item == NULL:
+            return st, idx, None
+        try:
+            value = item_decode(item)
+        finally:
+            free(item)
+        return st, idx, value
+
+    def unget(self):
+        """Put a received but unclaimed item back at the front of its channel."""
+        pthread_mutex_lock(&asi_chan_mu)
+        op_unget_locked(self.op)
+        pthread_mutex_unlock(&asi_chan_mu)
+
+
+cdef ChannelOp wrap_op(ChanOp* op):
+    cdef ChannelOp o = ChannelOp.__new__(ChannelOp)
+    o.op = op
+    return o
+
+
+# -- ends --------------------------------------------------------------------------------
+
+
+cdef object end_classes():
+    from aiosubinterp import _channel
+    return _channel.SendChannel, _channel.RecvChannel
+
+
+cdef object adopt_end(ChanState* c, int kind):
+    """A new end object owning one (already counted) handle of c."""
+    send_cls, recv_cls = end_classes()
+    cls = send_cls if kind == CH_SEND else recv_cls
+    cdef ChannelEnd end = cls.__new__(cls)
+    end.c = c
+    end.kind = kind
+    return end
+
+
+cdef int take_handle(ChanState* c, int kind) noexcept nogil:
+    # asi_chan_mu held.
+    c.refs += 1
+    if kind == CH_SEND:
+        c.senders += 1
+    else:
+        c.receivers += 1
+    return 0
+
+
+cdef int chan_try_encode_end(Buf* b, object obj) except -1:
+    """Encode a channel end (tag 'C'); returns 1 if obj was one, else 0.
+
+    The blob owns a new handle of the end's kind until it is decoded.
+    """
+    cdef ChannelEnd end
+    cdef int64_t v
+    if not isinstance(obj, ChannelEnd):
+        return 0
+    end = <ChannelEnd>obj
+    pthread_mutex_lock(&asi_chan_mu)
+    if end.closed_flag:
+        pthread_mutex_unlock(&asi_chan_mu)
+        raise ValueError(f"cannot send a closed channel end ({end!r}) to another interpreter: "
+                         "send an open end, or clone() it before closing")
+    take_handle(end.c, end.kind)
+    pthread_mutex_unlock(&asi_chan_mu)
+    buf_tag(b, TAG_CHANNEL)
+    v = <int64_t><Py_ssize_t>end.c
+    buf_i64(b, v)
+    buf_i64(b, end.kind)
+    return 1
+
+
+cdef object chan_decode_end(Reader* r):
+    cdef int64_t p = rd_i64(r)
+    cdef int64_t kind = rd_i64(r)
+    if p == 0 or kind not in (CH_SEND, CH_RECV):
+        raise ValueError("aiosubinterp: corrupt transfer data (channel end); please report this bug")
+    return adopt_end(<ChanState*><Py_ssize_t>p, <int>kind)
+
+
+def _adopt_end(Py_ssize_t handle, int kind):
+    """Unpickling of a channel end (see ChannelEnd.__reduce__)."""
+    if handle == 0 or kind not in (CH_SEND, CH_RECV):
+        raise ValueError("not a channel end handle")
+    return adopt_end(<ChanState*>handle, kind)
+
+
+def open_channel_ends(maxsize):
+    """(send end, receive end) of a new channel; maxsize < 0 means unbounded."""
+    global asi_chan_ids
+    cdef Py_ssize_t m = maxsize
+    cdef ChanState* c = <ChanState*>calloc(1, sizeof(ChanState))
+    if c == NULL:
+        raise MemoryError()
+    c.maxsize = m
+    c.senders = 1
+    c.receivers = 1
+    c.refs = 2
+    pthread_mutex_lock(&asi_chan_mu)
+    asi_chan_ids += 1
+    c.id = asi_chan_ids
+    pthread_mutex_unlock(&asi_chan_mu)
+    return adopt_end(c, CH_SEND), adopt_end(c, CH_RECV)
+
+
+cdef int collect_chans(object ends, ChanState** chans, Py_ssize_t n) except -1:
+    cdef Py_ssize_t i
+    cdef ChannelEnd e
+    for i in range(n):
+        e = <ChannelEnd?>ends[i]
+        if e.kind != CH_RECV:
+            raise TypeError(f"select() takes receive ends, got {e!r}")
+        chans[i] = e.c
+    return 0
+
+
+cdef int any_closed(object ends, Py_ssize_t n) noexcept:
+    # asi_chan_mu held. Index of the first closed end, or -1.
+    cdef Py_ssize_t i
+    for i in range(n):
+        if (<ChannelEnd>ends[i]).closed_flag:
+            return <int>i
+    return -1
+
+
+cdef int recv_try_locked(ChanState** chans, int n, ChanItem** out, int* index) noexcept nogil:
+    """Try every channel, starting at a rotating position (fairness). asi_chan_mu held."""
+    global asi_chan_rotor
+    cdef int k
+    cdef int i
+    cdef int st
+    cdef int start = 0
+    cdef int ended = -1
+    if n > 1:
+        asi_chan_rotor += 1
+        start = <int>(asi_chan_rotor % <unsigned long>n)
+    for k in range(n):
+        i = (start + k) % n
+        st = chan_try_recv(chans[i], out)
+        if st == CH_DONE:
+            index[0] = i
+            return CH_DONE
+        if st == CH_END and ended < 0:
+            ended = i
+    if ended >= 0:
+        index[0] = ended
+        return CH_END
+    return CH_WOULDBLOCK
+
+
+cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
+    """Receive from the first ready end. mode 0: nowait; 1: async (hub); 2: blocking.
+
+    Returns (status, index, value), or a ChannelOp (mode 1, registered: not ready).
+    """
+    cdef Py_ssize_t n = len(ends)
+    cdef ChanState* one[1]
+    cdef ChanState** chans = one
+    cdef ChanItem* item = NULL
+    cdef ChanOp* op = NULL
+    cdef HubState* h = NULL
+    cdef int index = 0
+    cdef int st
+    cdef ChannelOp wrapper = None
+    if n == 0:
+        raise ValueError("select() needs at least one receive end")
+    if type(ends) is not tuple:
+        ends = tuple(ends)
+    if n > 1:
+        chans = <ChanState**>malloc(n * sizeof(ChanState*))
+        if chans == NULL:
+            raise MemoryError()
+    try:
+        collect_chans(ends, chans, n)
+        if mode == 1:
+            h = hub.state()
+            wrapper = ChannelOp.__new__(ChannelOp)
+        pthread_mutex_lock(&asi_chan_mu)
+        index = any_closed(ends, n)
+        if index >= 0:
+            pthread_mutex_unlock(&asi_chan_mu)
+            return CH_CLOSED, index, None
+        st = recv_try_locked(chans, <int>n, &item, &index)
+        if st != CH_WOULDBLOCK or mode == 0:
+            pthread_mutex_unlock(&asi_chan_mu)
+            if item == NULL:
+                return st, index, None
+            try:
+                value = item_decode(item)
+            finally:
+                free(item)
+            return st, index, value
+        op = op_new(CH_RECV, <int>n, mode == 2)
+        if op == NULL:
+            pthread_mutex_unlock(&asi_chan_mu)
+            raise MemoryError()
+        op_register(op, chans)
+        if mode == 1:
+            pthread_mutex_lock(&h.mu)
+            h.refs += 1
+            pthread_mutex_unlock(&h.mu)
+            op.hub = h
+            wrapper.op = op
+            pthread_mutex_unlock(&asi_chan_mu)
+            return wrapper
+        op.ident = PyThread_get_thread_ident()
+        sync_list_add(op)
+        pthread_mutex_unlock(&asi_chan_mu)
+        # GIL: X -> none (wait for a sender without blocking this interpreter's other threads)
+        with nogil:
+            st = op_wait_blocking(op, deadline)
+        # GIL: none -> X
+        if st == CH_DONE:
+            wrapper = wrap_op(op)  # owns op from here on
+            return wrapper.take()
+        index = op.index
+        op_free(op)
+        return st, index, None
+    finally:
+        if chans != one:
+            free(chans)
+
+
+def select_nowait(ends):
+    """(status, index, value) without waiting (status CH_WOULDBLOCK if nothing is ready)."""
+    return recv_generic(ends, 0, None, -1.0)
+
+
+def select_begin(ends, Hub hub not None):
+    """(status, index, value) if ready now, else a ChannelOp registered for `hub`."""
+    return recv_generic(ends, 1, hub, -1.0)
+
+
+def select_wait(ends, double deadline):
+    """Block (GIL released) until ready or the monotonic deadline (< 0: none) passes."""
+    return recv_generic(ends, 2, None, deadline)
+
+
+def monotonic():
+    """The clock of blocking deadlines (CLOCK_MONOTONIC, seconds)."""
+    return asi_monotonic()
+
+
+cdef class ChannelEnd:
+    """One end of a channel: the handle that counts as an open sender or receiver.
+
+    The C part of SendChannel / RecvChannel (aiosubinterp._channel): status
+    codes only, no policy. Deallocating an open end closes it.
+
+    Thread-safety: any thread of its interpreter; the channel itself is
+    shared by every interpreter holding an end.
+    """
+    cdef ChanState* c
+    cdef int kind
+    cdef bint closed_flag
+
+    def __dealloc__(self):
+        cdef ChanState* c = self.c
+        if c == NULL:
+            return
+        self.c = NULL
+        pthread_mutex_lock(&asi_chan_mu)
+        if not self.closed_flag:
+            self.closed_flag = True
+            chan_close_handle(c, self.kind)
+        chan_unref(c)
+        pthread_mutex_unlock(&asi_chan_mu)
+
+    cdef int check(self) except -1:
+        if self.c == NULL:
+            raise TypeError("this channel end was not made by aiosubinterp.open_channel()")
+        return 0
+
+    def _close(self):
+        """Close this handle; True if it was open."""
+        self.check()
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.closed_flag:
+            pthread_mutex_unlock(&asi_chan_mu)
+            return False
+        self.closed_flag = True
+        chan_close_handle(self.c, self.kind)
+        pthread_mutex_unlock(&asi_chan_mu)
+        return True
+
+    @property
+    def closed(self):
+        """True once this end (this handle, not its clones) is closed."""
+        return bool(self.closed_flag)
+
+    @property
+    def _channel_id(self):
+        self.check()
+        return self.c.id
+
+    def _clone(self):
+        """A new open handle of the same kind on the same channel, or None if this one is closed."""
+        self.check()
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.closed_flag:
+            pthread_mutex_unlock(&asi_chan_mu)
+            return None
+        take_handle(self.c, self.kind)
+        pthread_mutex_unlock(&asi_chan_mu)
+        return adopt_end(self.c, self.kind)
+
+    def _stats(self):
+        """(buffered, maxsize, open senders, open receivers, waiting senders, waiting receivers)."""
+        cdef ChanState* c
+        self.check()
+        c = self.c
+        pthread_mutex_lock(&asi_chan_mu)
+        out = (c.count, c.maxsize, c.senders, c.receivers, c.n_swait, c.n_rwait)
+        pthread_mutex_unlock(&asi_chan_mu)
+        return out
+
+    def __reduce__(self):
+        # Pickling (an end inside a list, a dict, an object) takes a handle,
+        # as the native encoding does; the unpickled end owns it.
+        self.check()
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.closed_flag:
+            pthread_mutex_unlock(&asi_chan_mu)
+            raise ValueError(f"cannot send a closed channel end ({self!r}) to another interpreter")
+        take_handle(self.c, self.kind)
+        pthread_mutex_unlock(&asi_chan_mu)
+        return _adopt_end, (<Py_ssize_t>self.c, self.kind)
+
+    cdef object send_generic(self, obj, int mode, Hub hub, double deadline):
+        """mode 0: nowait; 1: async; 2: blocking. Returns a status or a ChannelOp (mode 1)."""
+        cdef ChanItem* item
+        cdef ChanOp* op
+        cdef HubState* h = NULL
+        cdef ChannelOp wrapper = None
+        cdef ChanState* c = self.c
+        cdef int st
+        self.check()
+        if mode == 1:
+            h = hub.state()
+            wrapper = ChannelOp.__new__(ChannelOp)
+        item = item_encode(obj)
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.closed_flag:
+            st = CH_CLOSED
+        else:
+            st = chan_try_send(c, item)
+        if st != CH_WOULDBLOCK or mode == 0:
+            pthread_mutex_unlock(&asi_chan_mu)
+            if st != CH_DONE:
+                free(item)
+            return st
+        op = op_new(CH_SEND, 1, mode == 2)
+        if op == NULL:
+            pthread_mutex_unlock(&asi_chan_mu)
+            free(item)
+            raise MemoryError()
+        op.item = item
+        op_register(op, &c)
+        if mode == 1:
+            pthread_mutex_lock(&h.mu)
+            h.refs += 1
+            pthread_mutex_unlock(&h.mu)
+            op.hub = h
+            wrapper.op = op
+            pthread_mutex_unlock(&asi_chan_mu)
+            return wrapper
+        op.ident = PyThread_get_thread_ident()
+        sync_list_add(op)
+        pthread_mutex_unlock(&asi_chan_mu)
+        # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
+        with nogil:
+            st = op_wait_blocking(op, deadline)
+        # GIL: none -> X
+        op_free(op)
+        return st
+
+    def _send_nowait(self, obj):
+        return self.send_generic(obj, 0, None, -1.0)
+
+    def _send_begin(self, obj, Hub hub not None):
+        return self.send_generic(obj, 1, hub, -1.0)
+
+    def _send_wait(self, obj, double deadline):
+        return self.send_generic(obj, 2, None, deadline)
+
+    def _recv_nowait(self):
+        return recv_generic((self,), 0, None, -1.0)
+
+    def _recv_begin(self, Hub hub not None):
+        return recv_generic((self,), 1, hub, -1.0)
+
+    def _recv_wait(self, double deadline):
+        return recv_generic((self,), 2, None, deadline)
+
+
+CHAN_DONE = CH_DONE
+CHAN_END = CH_END
+CHAN_BROKEN = CH_BROKEN
+CHAN_CLOSED = CH_CLOSED
+CHAN_WOULDBLOCK = CH_WOULDBLOCK
+CHAN_TIMEOUT = CH_TIMEOUT
+CHAN_INTERRUPTED = CH_INTERRUPTED
