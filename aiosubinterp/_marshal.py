@@ -11,8 +11,6 @@ under the name ``__aiosubinterp_main__``, as multiprocessing's spawn does.
 
 from __future__ import annotations
 
-import io
-import pickle
 import sys
 import types
 
@@ -24,21 +22,38 @@ MAIN_ALIAS = "__aiosubinterp_main__"
 main_importer = None
 
 
+# pickle is imported on first use: a worker whose tasks only move builtin
+# immutables never needs it, and it costs ~7 ms of each interpreter's start.
+_pickle = None
+_Unpickler = None
+
+
+def _load_pickle():
+    global _pickle, _Unpickler
+    import pickle
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if module == "__main__" and main_importer is not None:
+                return _getattr_path(main_importer(), name)
+            if module == MAIN_ALIAS and main_importer is None:
+                module = "__main__"
+            return super().find_class(module, name)
+
+    _pickle, _Unpickler = pickle, Unpickler
+    return pickle
+
+
 def dumps(obj: object) -> bytes:
-    return pickle.dumps(obj, protocol=5)
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: D401
-        if module == "__main__" and main_importer is not None:
-            return _getattr_path(main_importer(), name)
-        if module == MAIN_ALIAS and main_importer is None:
-            module = "__main__"
-        return super().find_class(module, name)
+    return (_pickle or _load_pickle()).dumps(obj, protocol=5)
 
 
 def loads(data: bytes) -> object:
-    return _Unpickler(io.BytesIO(data)).load()
+    import io
+
+    if _Unpickler is None:
+        _load_pickle()
+    return _Unpickler(io.BytesIO(data)).load()  # type: ignore[misc]
 
 
 def _getattr_path(obj: object, qualname: str) -> object:
@@ -94,11 +109,23 @@ def function_ref(fn: object) -> tuple[str, str] | None:
     return module, qualname
 
 
+# fn -> (module, qualname) for plain functions already checked: resolving a
+# reference walks sys.modules and attributes, a visible cost per small task.
+_refs: dict[object, tuple[str, str]] = {}
+
+
 def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
     """The message that asks a worker to call fn(*args, **kwargs)."""
-    if not callable(fn):
-        raise TypeError(f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
-    ref = function_ref(fn)
+    ref = _refs.get(fn) if type(fn) is types.FunctionType else None
+    if ref is None:
+        if not callable(fn):
+            raise TypeError(
+                f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
+        ref = function_ref(fn)
+        if ref is not None and type(fn) is types.FunctionType:
+            if len(_refs) >= 1024:
+                _refs.clear()
+            _refs[fn] = ref
     kw = tuple(kwargs.items()) if kwargs else ()
     if ref is None:
         return (None, fn, args, kw)

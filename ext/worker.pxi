@@ -532,17 +532,21 @@ cdef class Worker:
         if w.state != W_NEW:
             raise RuntimeError("aiosubinterp: Worker.start() called twice")
         w.state = W_STARTING
+        # Everything from creating the interpreter to starting its thread
+        # happens under the create lock, which the exit sweep takes too: it
+        # then sees every interpreter that exists, each with its thread.
         # GIL: main -> none (wait for our turn to create without blocking the main GIL)
         with nogil:
             asi_create_lock()
         # GIL: none -> main
         try:
+            if asi_exiting:
+                raise RuntimeError("aiosubinterp: the process is exiting; no new interpreters")
             interp_create(w)
         except BaseException:
             w.state = W_NEW
-            raise
-        finally:
             asi_create_unlock()
+            raise
         asi_registry_lock()
         asi_serial_counter += 1
         w.serial = asi_serial_counter
@@ -557,12 +561,14 @@ cdef class Worker:
         pthread_attr_setstacksize(&attr, ASI_WORKER_STACK_SIZE)
         rc = pthread_create(&w.thread, &attr, worker_thread_main, w)
         pthread_attr_destroy(&attr)
+        if rc == 0:
+            w.thread_started = 1
+        asi_create_unlock()
         if rc != 0:
             w.state = W_FAILED
             w.exited = 1
             self.close()
             raise OSError(rc, "aiosubinterp: could not start a worker thread")
-        w.thread_started = 1
         # GIL: main -> none (setup runs on the worker; never wait holding the main GIL)
         with nogil:
             pthread_mutex_lock(&w.q.mu)
@@ -744,12 +750,19 @@ def _shutdown_all(double grace=5.0):
     cdef uint64_t tid
     cdef bint ok
     cdef int orphan
+    global asi_exiting
+    # GIL: main -> none (a start in progress finishes creating and starting first)
+    with nogil:
+        asi_create_lock()
+    # GIL: none -> main
     asi_registry_lock()
+    asi_exiting = 1
     w = <WorkerState*>asi_live_head
     while w != NULL:
         states.append(<Py_ssize_t>w)
         w = w.next_live
     asi_registry_unlock()
+    asi_create_unlock()
     if not states:
         return 0
     for i in range(len(states)):

@@ -54,6 +54,7 @@ static inline void asi_create_unlock(void) { pthread_mutex_unlock(&asi_create_mu
 /* Head of the list of live workers (a WorkerState*) and the serial counter,
  * both under asi_registry_mu. */
 static void *asi_live_head = NULL;
+static int asi_exiting = 0;  /* the exit sweep ran: no new interpreters */
 static uint64_t asi_serial_counter = 0;
 
 /* Condition variables time out on the monotonic clock, so wall-clock jumps

@@ -44,6 +44,7 @@ cdef extern from "compat.h" nogil:
     void asi_create_lock()
     void asi_create_unlock()
     void* asi_live_head
+    int asi_exiting
     unsigned long long asi_serial_counter
     int asi_cond_init(pthread_cond_t*)
     double asi_monotonic()
