@@ -76,6 +76,10 @@ class LoopHub:
     async def shutdown(self) -> None:
         if self.closed:
             return
+        # Nobody can receive these results once the loop is gone: withdraw or
+        # interrupt them, so closing the default pool does not wait for them.
+        for task in list(self.pending.values()):
+            task.cancel()  # type: ignore[attr-defined]
         pool, self.default_pool = self.default_pool, None
         try:
             if pool is not None:

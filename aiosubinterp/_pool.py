@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
@@ -219,37 +220,45 @@ class _Engine:
         return None, RuntimeError(f"an interpreter failed to start:\n{failure}")
 
     def _start_all(self) -> None:
-        futures = [_admin.spawn(self._new_worker) for _ in range(self._size)]
-        results = [f.result() for f in futures]
-        errors = [err for _, err in results if err is not None]
-        workers = [w for w, _ in results if w is not None]
-        retired: list[_core.Worker] = []
-        with self._lock:
-            if not errors:
-                # Also when closing meanwhile: the workers drain the queue first.
+        futures = [_admin.spawn(self._start_one) for _ in range(self._size)]
+        errors = [err for err in (f.result() for f in futures) if err is not None]
+        if not errors:
+            with self._lock:
                 if self._state == "starting":
                     self._state = "running"
-                retired = [w for w in workers if not self._register(w)]
-                workers = []
-        for w in retired:
-            _admin.spawn(self._retire_and_replace, w)
-        if errors:
-            for w in workers:
-                w.close()
-            cause = errors[0]
-            broken = BrokenPoolError(
-                f"the {self._kind} could not start its interpreters: {type(cause).__name__}: {cause}"
-            )
-            broken.__cause__ = cause
-            with self._lock:
-                self._broken = broken
-                if self._state == "starting":
-                    self._state = "broken"
-            self._queue.close()
-            self._queue.fail_queued(describe_exception(broken))
-            self._started.set_exception(broken)
-        else:
             self._started.set_result(None)
+            return
+        cause = errors[0]
+        broken = BrokenPoolError(
+            f"the {self._kind} could not start its interpreters: {type(cause).__name__}: {cause}"
+        )
+        broken.__cause__ = cause
+        with self._lock:
+            self._broken = broken
+            if self._state == "starting":
+                self._state = "broken"
+            workers = list(self._workers.values())
+            self._workers.clear()
+        self._queue.close()
+        for w in workers:
+            w.close()
+        self._queue.fail_queued(describe_exception(broken))
+        self._started.set_exception(broken)
+
+    def _start_one(self) -> BaseException | None:
+        """Start one worker and list it at once, so a task it runs can be cancelled."""
+        worker, error = self._new_worker()
+        if worker is None:
+            return error
+        with self._lock:
+            usable = self._state in ("starting", "running", "closing")
+            # When closing meanwhile, it still drains the queue first.
+            retired = usable and not self._register(worker)
+        if not usable:
+            worker.close()
+        elif retired:
+            _admin.spawn(self._retire_and_replace, worker)
+        return None
 
     async def start(self) -> None:
         """Create the interpreters now (off the loop thread) and wait until they are ready.
@@ -290,12 +299,16 @@ class _Engine:
         while True:
             with self._lock:
                 workers = list(self._workers.values()) + self._abandoned
-                self._workers.clear()
-                self._abandoned = []
             if not workers:
                 break
             for w in workers:
                 w.close(drain=True)
+                # Listed until destroyed, so a late cancel can still interrupt it.
+                with self._lock:
+                    if self._workers.get(w.serial) is w:
+                        del self._workers[w.serial]
+                    if w in self._abandoned:
+                        self._abandoned.remove(w)
         self._finish_close()
 
     def _finish_close(self) -> None:
@@ -477,11 +490,16 @@ class _Engine:
         if code == _core.CANCEL_CODE_WITHDRAWN:
             task._hub.pending.pop(task._tid, None)
         elif code == _core.CANCEL_CODE_RUNNING:
-            worker = self._workers.get(serial)
-            if worker is not None:
-                _admin.spawn(self._interrupt, worker, task._tid)
+            _admin.spawn(self._interrupt, serial, task._tid)
 
-    def _interrupt(self, worker: _core.Worker, tid: int) -> None:
+    def _interrupt(self, serial: int, tid: int) -> None:
+        # A worker serves jobs a moment before its starter lists it: wait
+        # for it to appear (this runs on a helper thread, never the loop).
+        deadline = time.monotonic() + max(self._grace, 1.0)
+        while (worker := self._workers.get(serial)) is None:
+            if time.monotonic() > deadline or self._state == "closed":
+                return
+            time.sleep(0.001)
         worker.interrupt(tid)
         if worker.wait_idle(tid, self._grace) or not self._replace_stuck:
             return
@@ -492,7 +510,7 @@ class _Engine:
                 return
             self._abandoned.append(worker)
             self._replaced += 1
-            replace = self._state == "running"
+            replace = self._state in ("starting", "running")
         worker.stop()
         if replace:
             self._add_worker()
@@ -510,7 +528,7 @@ class _Engine:
             worker = self._workers.pop(serial, None)
             if worker is None and self._state in ("starting", "running"):
                 self._retired_early.add(serial)
-            replace = worker is not None and self._state == "running"
+            replace = worker is not None and self._state in ("starting", "running")
             if worker is not None and not replace:
                 self._abandoned.append(worker)
         if worker is None:
@@ -525,7 +543,7 @@ class _Engine:
     def _add_worker(self) -> None:
         worker, error = self._new_worker()
         with self._lock:
-            if worker is not None and self._state == "running":
+            if worker is not None and self._state in ("starting", "running"):
                 if not self._register(worker):
                     _admin.spawn(self._retire_and_replace, worker)
                 return

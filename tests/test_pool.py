@@ -353,3 +353,24 @@ def test_unclosed_pool_warns(recwarn):
         with pytest.warns(ResourceWarning, match="unclosed"):
             del pool
             gc.collect()
+
+
+def test_loop_shutdown_interrupts_abandoned_default_pool_tasks():
+    async def main():
+        asi_task = asyncio.ensure_future(asi.run(workfuncs.spin_forever))
+        while not asi_task.done() and _core.live_workers() == []:
+            await asyncio.sleep(0.01)
+        # Submitted and never awaited: the loop ends while it spins.
+        pool = _loop_hub().default_pool
+        pool.submit(workfuncs.spin_forever)
+        while pool.statistics()["busy"] < 1:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert _core.live_workers() == []
+
+
+def _loop_hub():
+    from aiosubinterp import _loop
+
+    return _loop.hub_for(asyncio.get_running_loop())
