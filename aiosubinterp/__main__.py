@@ -80,7 +80,9 @@ async def main(name):
         try:
             print("OK", await pool.run(probe_import, name))
         except asi.ModuleRefusedError as exc:
-            print("refused", str(exc).split(":")[0])
+            print("refused", f"{exc.name} is not built for own-GIL interpreters")
+        except ModuleNotFoundError:
+            print("absent", "not installed")
         except ImportError as exc:
             print("error", type(exc).__name__ + ": " + str(exc).splitlines()[0])
 
