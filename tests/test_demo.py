@@ -143,3 +143,30 @@ def test_render_writes_the_pictures(tmp_path):
     assert any(set(f) - {0, 1} for f in frames)  # circles were drawn
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _run_example(*args, timeout=120):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, os.path.join(root, "examples", args[0]), *args[1:]],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_circles_example():
+    out = _run_example("circles.py", "400", "10")
+    assert "same positions as single-threaded: True" in out
+
+
+def test_uvloop_server_example():
+    out = _run_example("uvloop_server.py", "--duration", "0.5", "--heavy-n", "3000")
+    for setup in ("inline", "to_thread", "aiosubinterp"):
+        row = next(line for line in out.splitlines() if line.strip().startswith(setup))
+        heavy_rps, light_rps = (float(v) for v in row.split()[1:3])
+        assert heavy_rps > 0 and light_rps > 0, row
+    assert "light p99, inline / aiosubinterp" in out
