@@ -58,3 +58,11 @@ def test_info():
     assert rows["json"] == "OK" and rows["re"] == "OK"
     assert rows["numpy"] in ("refused", "absent")  # refused, or not installed
     assert rows["readline"] == "refused"
+
+
+def test_bench_quick(tmp_path):
+    out = cli("bench", "--quick", "--only", "roundtrip", "--out", str(tmp_path), timeout=300)
+    assert f"report: {tmp_path}/report.md" in out
+    report = (tmp_path / "report.md").read_text()
+    assert "| # | target | measured | limit | verdict |" in report
+    assert (tmp_path / "bench_roundtrip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
