@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["count_primes"]
+__all__ = ["count_primes", "probe_import"]
 
 
 def count_primes(start: int, stop: int) -> int:
@@ -20,3 +20,11 @@ def count_primes(start: int, stop: int) -> int:
         else:
             count += 1
     return count
+
+
+def probe_import(name: str) -> str:
+    """Import ``name`` in this interpreter; return its version or "ok"."""
+    import importlib
+
+    module = importlib.import_module(name)
+    return str(getattr(module, "__version__", "") or "ok")

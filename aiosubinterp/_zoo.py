@@ -1,0 +1,266 @@
+"""The circles zoo: the same simulation on one thread, threads, processes and interpreters.
+
+Every contender steps the canvas split into vertical strips with
+:mod:`aiosubinterp._circles`; they differ only in who runs a strip and how
+neighbouring strips swap their border circles each frame:
+
+- ``single``: one thread, the whole canvas as one region (the reference);
+- ``threads``: one ``threading.Thread`` per strip, ``queue.SimpleQueue``
+  links (one GIL: what threads cost);
+- ``processes``: one ``multiprocessing`` process (spawn) per strip,
+  ``multiprocessing.Pipe`` links straight between neighbours;
+- ``aiosubinterp``: one interpreter of an :class:`InterpreterPool` per
+  strip, channels straight between neighbours (never through the main
+  interpreter), awaited from asyncio.
+
+Workers (pool, processes) are started before the clock starts; the clock
+covers handing out the strips, all frames, and collecting the result.
+Every contender's final circles are compared with the reference's: they
+must be equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiosubinterp import _circles, _render
+from aiosubinterp._circles import Circle, Params
+
+__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "render", "run_contender",
+           "run_zoo"]
+
+CONTENDERS = ("single", "threads", "processes", "aiosubinterp")
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    label: str
+    wall: float
+    cpu: float
+    circles: list[Circle]
+
+    def fps(self, frames: int) -> float:
+        return frames / self.wall if self.wall > 0 else float("inf")
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _by_id(circles: Sequence[Circle]) -> list[Circle]:
+    return sorted(circles)
+
+
+def _links(n: int, make: Callable[[], tuple[Any, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+    """Per region: (send_left, recv_left, send_right, recv_right); None at the canvas edges."""
+    rightward = [make() for _ in range(n - 1)]  # k -> k+1
+    leftward = [make() for _ in range(n - 1)]  # k+1 -> k
+    out = []
+    for k in range(n):
+        send_left = leftward[k - 1][0] if k > 0 else None
+        recv_left = rightward[k - 1][1] if k > 0 else None
+        send_right = rightward[k][0] if k < n - 1 else None
+        recv_right = leftward[k][1] if k < n - 1 else None
+        out.append((send_left, recv_left, send_right, recv_right))
+    return out
+
+
+def _run_single(circles: list[Circle], params: Params, frames: int, workers: int) -> list[Circle]:
+    return _circles.step_frames(circles, params, frames)
+
+
+def _run_threads(circles: list[Circle], params: Params, frames: int,
+                 workers: int) -> list[Circle]:
+    regions = _circles.split(circles, params, workers)
+    links = _links(workers, lambda: (q := queue.SimpleQueue(), q))
+    results: list[list[Circle]] = [[] for _ in regions]
+    errors: list[BaseException] = []
+
+    def body(k: int) -> None:
+        lo, hi, owned = regions[k]
+        try:
+            results[k] = _circles.queue_region(owned, lo, hi, params, frames, *links[k])
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(k,), name=f"circles-{k}")
+               for k in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [c for part in results for c in part]
+
+
+class _ProcessRegions:
+    """``workers`` spawned processes, linked by pipes, started (and imported) ahead of time."""
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # no fork: this process may have threads
+        self.controls = []
+        self.procs = []
+        pipes = [ctx.Pipe() for _ in range(workers - 1)]  # duplex: one per border
+        for k in range(workers):
+            parent, child = ctx.Pipe()
+            left = pipes[k - 1][1] if k > 0 else None
+            right = pipes[k][0] if k < workers - 1 else None
+            proc = ctx.Process(target=_circles.pipe_region, args=(child, left, right),
+                               name=f"circles-{k}", daemon=True)
+            proc.start()
+            child.close()
+            self.controls.append(parent)
+            self.procs.append(proc)
+        for a, b in pipes:
+            a.close()
+            b.close()
+        for control in self.controls:
+            if control.recv() != "ready":
+                raise RuntimeError("a circles process did not start")
+
+    def run(self, circles: list[Circle], params: Params, frames: int) -> list[Circle]:
+        regions = _circles.split(circles, params, len(self.procs))
+        for control, (lo, hi, owned) in zip(self.controls, regions, strict=True):
+            control.send((owned, lo, hi, params, frames))
+        out = [c for control in self.controls for c in control.recv()]
+        for proc in self.procs:
+            proc.join()
+        return out
+
+    def close(self) -> None:
+        for control in self.controls:
+            control.close()
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            proc.close()
+
+
+async def _run_interpreters(pool: Any, circles: list[Circle], params: Params, frames: int,
+                            workers: int) -> list[Circle]:
+    import aiosubinterp as asi
+
+    regions = _circles.split(circles, params, workers)
+    links = _links(workers, lambda: asi.open_channel(maxsize=2))
+    tasks = [pool.submit(_circles.channel_region, owned, lo, hi, params, frames, *links[k])
+             for k, (lo, hi, owned) in enumerate(regions)]
+    for ends in links:  # each worker holds its own copies now
+        for end in ends:
+            if end is not None:
+                end.close()
+    parts = await asyncio.gather(*tasks)
+    return [c for part in parts for c in part]
+
+
+def _label(name: str, workers: int) -> str:
+    return {
+        "single": "single thread",
+        "threads": f"threading, {workers} threads",
+        "processes": f"multiprocessing, {workers} procs + pipes",
+        "aiosubinterp": f"aiosubinterp, {workers} interpreters",
+    }[name]
+
+
+async def run_contender(name: str, circles: list[Circle], params: Params, frames: int,
+                        workers: int) -> Outcome:
+    """Run one contender; the clock excludes starting its workers."""
+    label = _label(name, workers)
+    if name in ("single", "threads"):
+        fn = _run_single if name == "single" else _run_threads
+        cpu0, t0 = _cpu(), time.perf_counter()
+        out = fn(circles, params, frames, workers)
+        wall = time.perf_counter() - t0
+        return Outcome(name, label, wall, (_cpu() - cpu0) / wall, _by_id(out))
+    if name == "processes":
+        loop = asyncio.get_running_loop()
+        procs = await loop.run_in_executor(None, _ProcessRegions, workers)
+        try:
+            cpu0, t0 = _cpu(), time.perf_counter()
+            out = await loop.run_in_executor(None, procs.run, circles, params, frames)
+            wall = time.perf_counter() - t0
+            cpu = _cpu() - cpu0  # the children were joined: their CPU time is counted
+        finally:
+            await loop.run_in_executor(None, procs.close)
+        return Outcome(name, label, wall, cpu / wall, _by_id(out))
+    if name == "aiosubinterp":
+        import aiosubinterp as asi
+
+        async with asi.InterpreterPool(workers, preload=("aiosubinterp._circles",)) as pool:
+            cpu0, t0 = _cpu(), time.perf_counter()
+            out = await _run_interpreters(pool, circles, params, frames, workers)
+            wall = time.perf_counter() - t0
+            cpu = _cpu() - cpu0
+        return Outcome(name, label, wall, cpu / wall, _by_id(out))
+    raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
+
+
+async def run_zoo(n: int, frames: int, workers: int, contenders: Sequence[str],
+                  seed: int = 0) -> tuple[Params, list[Outcome], list[Circle]]:
+    """Every contender on the same initial state; the reference result is computed once."""
+    params, circles = _circles.initial_state(n, seed)
+    _circles.split(circles, params, workers)  # validates the strip width up front
+    outcomes = [await run_contender(name, circles, params, frames, workers)
+                for name in contenders]
+    reference = next((o.circles for o in outcomes if o.name == "single"), None)
+    if reference is None:
+        reference = _by_id(_circles.step_frames(circles, params, frames))
+    return params, outcomes, reference
+
+
+def render(out_dir: str, params: Params, initial: list[Circle], final: list[Circle],
+           workers: int, gif_frames: int = 40, every: int = 3,
+           scale: float = 1.0) -> tuple[str, str]:
+    """The final frame as PNG and an animated GIF of the first frames (one in ``every``).
+
+    The GIF's frames are recomputed with the reference step (the contenders'
+    results are checked equal to it), at most 480 pixels wide.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    width, height = params
+    bounds = [width * k / workers for k in range(workers + 1)]
+    png = os.path.join(out_dir, "circles_final.png")
+    w, h, pixels = _render.raster(final, width, height, bounds, scale)
+    _render.write_png(png, w, h, pixels)
+    gif_scale = min(scale, 480 / width)
+    frames = []
+    state = list(initial)
+    for _ in range(gif_frames):
+        frames.append(_render.raster(state, width, height, bounds, gif_scale)[2])
+        state = _circles.step_frames(state, params, every)
+    gw, gh, _ = _render.raster([], width, height, bounds, gif_scale)
+    gif = os.path.join(out_dir, "circles_first_frames.gif")
+    _render.write_gif(gif, gw, gh, frames, delay_cs=6)
+    return png, gif
+
+
+def reference_result(circles: list[Circle], params: Params, frames: int) -> list[Circle]:
+    """The single-threaded result, sorted by id: what every contender must reproduce."""
+    return _by_id(_circles.step_frames(circles, params, frames))
+
+
+def machine_busy(start: tuple[int, int] | None = None) -> Any:
+    """Cores busy machine-wide since ``start`` (a snapshot from calling this with no argument)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return (0, 0) if start is None else float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    snap = (sum(fields) - idle, sum(fields))
+    if start is None:
+        return snap
+    total = snap[1] - start[1]
+    return (snap[0] - start[0]) / total * (os.cpu_count() or 1) if total > 0 else float("nan")
