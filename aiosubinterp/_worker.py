@@ -229,21 +229,25 @@ class Runner:
         if not self._handle:
             coro.close()
             raise RuntimeError("aiosubinterp: Runner.run_coroutine() needs a worker handle")
-        task = loop.create_task(coro)
-        self._current = task
-        # From here a cancel from main is a byte on the wake pipe (no
-        # KeyboardInterrupt lands in the loop's own code).
-        _core._worker_set_wake(self._handle, self._wake[1])  # type: ignore[index]
+        task = None
         try:
+            # From here a cancel from main is a byte on the wake pipe (no
+            # KeyboardInterrupt lands in the loop's own code).
+            _core._worker_set_wake(self._handle, self._wake[1])  # type: ignore[index]
+            task = self._current = loop.create_task(coro)
             loop.run_until_complete(task)
         except asyncio.CancelledError:
-            if task.cancelled() and _core._worker_cancel_requested(self._handle):
+            if task is not None and task.cancelled() and _core._worker_cancel_requested(self._handle):
                 # The engine reports a cancelled job when KeyboardInterrupt ends it.
                 raise KeyboardInterrupt from None
             raise
         finally:
             _core._worker_set_wake(self._handle, -1)
             self._current = None
+            if task is None:
+                coro.close()  # an earlier injected KeyboardInterrupt fired before it started
+            elif not task.done():
+                task.cancel()  # same, after create_task: it must not run in a later job
         return task.result()
 
     def _on_wake(self) -> None:
