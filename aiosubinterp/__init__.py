@@ -24,10 +24,15 @@ __all__ = [
     "ExecutionFailed",
     "Interpreter",
     "InterpreterError",
+    "InterpreterInfo",
     "InterpreterPool",
     "InterpreterPoolExecutor",
     "ModuleRefusedError",
     "NotShareableError",
+    "active_count",
+    "get_current",
+    "get_main",
+    "list_all",
     "open_channel",
     "PoolClosedError",
     "RecvChannel",
@@ -49,6 +54,11 @@ _LAZY = {
     "BrokenInterpreterPool": "_executor",
     "InterpreterPoolExecutor": "_executor",
     "Interpreter": "_pool",
+    "InterpreterInfo": "_interpreters",
+    "active_count": "_interpreters",
+    "get_current": "_interpreters",
+    "get_main": "_interpreters",
+    "list_all": "_interpreters",
     "InterpreterPool": "_pool",
     "run": "_pool",
     "Task": "_task",
@@ -72,6 +82,11 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
     from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool
     from aiosubinterp._executor import InterpreterPoolExecutor as InterpreterPoolExecutor
+    from aiosubinterp._interpreters import InterpreterInfo as InterpreterInfo
+    from aiosubinterp._interpreters import active_count as active_count
+    from aiosubinterp._interpreters import get_current as get_current
+    from aiosubinterp._interpreters import get_main as get_main
+    from aiosubinterp._interpreters import list_all as list_all
     from aiosubinterp._pool import Interpreter as Interpreter
     from aiosubinterp._pool import InterpreterPool as InterpreterPool
     from aiosubinterp._pool import run as run

@@ -22,8 +22,9 @@ from aiosubinterp._errors import (
     PoolClosedError,
     rebuild,
 )
+from aiosubinterp._interpreters import InterpreterInfo
 from aiosubinterp._task import Task
-from aiosubinterp._worker import describe_exception
+from aiosubinterp._worker import coroutine_refusal, coroutines_supported, describe_exception
 
 __all__ = ["Interpreter", "InterpreterPool", "default_size", "run"]
 
@@ -187,6 +188,8 @@ class _Engine:
         # Retirements reported before the worker was registered (a fresh
         # worker can serve max_tasks jobs before its starter thread resumes).
         self._retired_early: set[int] = set()
+        # Interpreter only: task id -> Task, so `interp.task` can name what runs.
+        self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
         _live.add(self)
 
     # -- lifecycle -------------------------------------------------------------
@@ -399,6 +402,8 @@ class _Engine:
             raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
         task = Task(loop, self, tid, name, hub)
         hub.pending[tid] = task
+        if self._tasks is not None:
+            self._tasks[tid] = task
         self._submitted += 1
         if self._state == "new":
             self._ensure_started()
@@ -411,6 +416,8 @@ class _Engine:
         function, a builtin, or a picklable callable; arguments cross by copy.
         Raises NotShareableError here, before anything is queued, if they cannot.
         """
+        if not coroutines_supported() and _is_coroutine_function(fn):
+            raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
         payload = _marshal.call_payload(fn, args, kwargs)
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
@@ -422,9 +429,16 @@ class _Engine:
         an interpreter with its own GIL. Exceptions come back with their own
         type, caused by an ExecutionFailed that carries the remote traceback.
 
+        If fn is an ``async def`` function (or returns a coroutine), the
+        coroutine runs to completion on an asyncio event loop owned by the
+        worker (CPython 3.13+; on 3.12 this raises RuntimeError at once,
+        because 3.12 aborts at exit once a loop ran in a subinterpreter).
+
         Cancellation: a queued call is withdrawn; a running one is interrupted
-        (KeyboardInterrupt inside it), and its worker is replaced if it does
-        not stop within the grace period.
+        (KeyboardInterrupt inside it; a coroutine is cancelled instead, so its
+        ``finally`` blocks and ``except CancelledError`` run on the worker's
+        loop), and its worker is replaced if it does not stop within the
+        grace period.
         """
         return await self.submit(fn, *args, **kwargs)
 
@@ -572,13 +586,19 @@ class _Engine:
         return self._state in ("closing", "closed")
 
     def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, state, busy, queued, submitted, replaced workers."""
+        """A snapshot: size, state, busy, queued, submitted, completed, replaced workers.
+
+        ``completed`` counts calls that ran to their end in a worker (with a
+        result, an error, or interrupted by cancellation); withdrawn calls
+        and calls failed because the pool closed or broke are not counted.
+        """
         return {
             "size": self._size,
             "state": self._state,
             "busy": self._queue.busy(),
             "queued": self._queue.qsize(),
             "submitted": self._submitted,
+            "completed": self._queue.completed(),
             "replaced": self._replaced,
         }
 
@@ -649,18 +669,58 @@ class Interpreter(_Engine):
     ) -> None:
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
                          replace_stuck=False)
+        self._tasks = weakref.WeakValueDictionary()
 
-    @property
-    def id(self) -> int:
-        """CPython's id of this interpreter; known once it has started."""
+    def _worker(self) -> _core.Worker | None:
         with self._lock:
-            workers = list(self._workers.values())
-        if not workers:
+            for worker in self._workers.values():
+                return worker
+        return None
+
+    def _started_worker(self) -> _core.Worker:
+        worker = self._worker()
+        if worker is None:
             raise RuntimeError(
                 "this interpreter has not started (or is closed): use `async with "
                 "Interpreter() as interp` or `await interp.start()` first"
             )
-        return workers[0].id
+        return worker
+
+    @property
+    def id(self) -> int:
+        """CPython's id of this interpreter; known once it has started."""
+        return self._started_worker().id
+
+    def info(self) -> InterpreterInfo:
+        """This interpreter as get_current()/list_all() describe it (once started)."""
+        return InterpreterInfo(self.id, False, True)
+
+    def get_ident(self) -> int:
+        """``threading.get_ident()`` of the OS thread that runs this interpreter's tasks."""
+        return self._started_worker().ident
+
+    def is_alive(self) -> bool:
+        """True from start until close: the interpreter exists and serves tasks."""
+        worker = self._worker()
+        return worker is not None and worker.state == "ready" and self._state == "running"
+
+    def is_running(self) -> bool:
+        """True while a task runs in it (False while idle, queued work does not count)."""
+        worker = self._worker()
+        return worker is not None and worker.current_task != 0
+
+    @property
+    def task(self) -> Task | None:
+        """The Task running in this interpreter now, or None when idle.
+
+        None also when the running task was submitted from another thread's
+        loop and has been dropped there already.
+        """
+        worker = self._worker()
+        if worker is None or self._tasks is None:
+            return None
+        tid = worker.current_task
+        return self._tasks.get(tid) if tid else None
 
     def submit_exec(self, source: str) -> Task:
         if not isinstance(source, str):
@@ -676,6 +736,16 @@ class Interpreter(_Engine):
         Cancellation: as run().
         """
         await self.submit_exec(source)
+
+
+def _is_coroutine_function(fn: object) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(fn)
+
+
+def _name_of(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 async def run(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:

@@ -7,12 +7,14 @@ load in a subinterpreter; 3.12.1 aborts at exit after one imported asyncio).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import types
 
-from aiosubinterp import _marshal
+from aiosubinterp import _core, _marshal
 from aiosubinterp._errors import NotShareableError, refusal_from
 
-__all__ = ["Runner", "describe_exception"]
+__all__ = ["Runner", "coroutines_supported", "coroutine_refusal", "describe_exception"]
 
 JOB_CALL = 1
 JOB_EXEC = 2
@@ -82,11 +84,38 @@ class _RefuseKnown:
         return None
 
 
-class Runner:
-    """Per-worker state: setup, function cache, the job dispatcher."""
+def coroutines_supported() -> bool:
+    """Whether coroutines may run on an event loop inside a worker on this CPython."""
+    return sys.version_info >= (3, 13)
 
-    def __init__(self, setup: tuple) -> None:
+
+def coroutine_refusal(what: str) -> str:
+    import platform
+
+    return (
+        f"cannot run {what} inside an interpreter on CPython {platform.python_version()}: "
+        "CPython 3.12 aborts the process at exit (\"munmap_chunk(): invalid pointer\") once an "
+        "asyncio event loop ran in a subinterpreter. Use CPython 3.13 or newer, or await the "
+        "coroutine in the main interpreter and send only its synchronous CPU work to the pool."
+    )
+
+
+class Runner:
+    """Per-worker state: setup, function cache, the job dispatcher.
+
+    A job whose function returns a coroutine (an ``async def`` function) runs
+    it to completion on an asyncio event loop owned by this worker, created on
+    first use and kept for the worker's life. While it runs, cancellation
+    arrives as a byte on a wake pipe (ext/worker.pxi routes it there) and is
+    turned into ``Task.cancel()`` on the coroutine, so it can clean up.
+    """
+
+    def __init__(self, setup: tuple, handle: int = 0) -> None:
         main_ref, preload, initializer, settings = setup
+        self._handle = handle
+        self._loop = None  # the worker's asyncio loop, made on the first coroutine
+        self._wake: tuple[int, int] | None = None  # (read, write) pipe for cancel messages
+        self._current = None  # the asyncio.Task of the coroutine job running now
         self._main_ref = main_ref
         self._main_module = None
         self._functions: dict[tuple[str, str], object] = {}
@@ -166,17 +195,93 @@ class Runner:
             module, target, args, kw = payload
             fn = target if module is None else self.resolve(module, target)
             try:
-                return fn(*args, **dict(kw)) if kw else fn(*args)
+                result = fn(*args, **dict(kw)) if kw else fn(*args)
             except ImportError as exc:
                 refused = refusal_from(exc)
                 if refused is not None:
                     raise refused from exc
                 raise
+            if type(result) is types.CoroutineType:
+                return self.run_coroutine(result)
+            return result
         if kind == JOB_EXEC:
             code = compile(payload, "<aiosubinterp exec>", "exec")
             exec(code, self._namespace)
             return None
         raise ValueError(f"aiosubinterp: unknown job kind {kind}")
+
+    def run_coroutine(self, coro: types.CoroutineType) -> object:
+        """Run coro on this worker's event loop until it finishes; cancellable from main."""
+        if not coroutines_supported():
+            coro.close()  # never started: no event loop, no asyncio import
+            raise RuntimeError(coroutine_refusal(f"coroutine {coro.__qualname__}()"))
+        # Lazy: asyncio is imported only by workers that run coroutines.
+        import asyncio
+
+        loop = self._loop
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            rfd, wfd = os.pipe()
+            os.set_blocking(rfd, False)
+            os.set_blocking(wfd, False)
+            self._loop, self._wake = loop, (rfd, wfd)
+            loop.add_reader(rfd, self._on_wake)
+        if not self._handle:
+            coro.close()
+            raise RuntimeError("aiosubinterp: Runner.run_coroutine() needs a worker handle")
+        task = None
+        try:
+            # From here a cancel from main is a byte on the wake pipe (no
+            # KeyboardInterrupt lands in the loop's own code).
+            _core._worker_set_wake(self._handle, self._wake[1])  # type: ignore[index]
+            task = self._current = loop.create_task(coro)
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if task is not None and task.cancelled() and _core._worker_cancel_requested(self._handle):
+                # The engine reports a cancelled job when KeyboardInterrupt ends it.
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            _core._worker_set_wake(self._handle, -1)
+            self._current = None
+            if task is None:
+                coro.close()  # an earlier injected KeyboardInterrupt fired before it started
+            elif not task.done():
+                task.cancel()  # same, after create_task: it must not run in a later job
+        return task.result()
+
+    def _on_wake(self) -> None:
+        try:
+            os.read(self._wake[0], 4096)  # type: ignore[index]
+        except BlockingIOError:
+            pass
+        task = self._current
+        # A byte can be stale (written just after the previous job ended): ask.
+        if task is not None and _core._worker_cancel_requested(self._handle):
+            task.cancel()
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        import asyncio
+
+        try:
+            leftovers = asyncio.all_tasks(loop)
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            if self._wake is not None:
+                loop.remove_reader(self._wake[0])
+            loop.close()
+            if self._wake is not None:
+                for fd in self._wake:
+                    os.close(fd)
+                self._wake = None
 
     def describe(self, exc: BaseException) -> tuple:
         return describe_exception(exc)
@@ -192,5 +297,8 @@ class Runner:
         return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
 
     def shutdown(self) -> None:
-        _marshal.main_importer = None
-        self._functions.clear()
+        try:
+            self._close_loop()
+        finally:
+            _marshal.main_importer = None
+            self._functions.clear()

@@ -58,6 +58,7 @@ cdef struct JobQueue:
     uint64_t settings_version  # bumped when main's sys.path changes
     char* settings_data
     Py_ssize_t settings_size
+    long long completed        # jobs its workers ran to the end (any outcome)
 
 
 cdef void job_free(Job* job) noexcept nogil:

@@ -27,6 +27,10 @@ cdef struct WorkerState:
     int closed                # the interpreter is destroyed
     int ops                   # interrupts in progress (pin the interpreter)
     int orphan                # its Worker handle is gone: free after closing
+    int wake_fd               # >= 0 while the job runs a coroutine on the worker's
+                              # event loop: cancel by writing here, not by injecting
+                              # KeyboardInterrupt (it would land in the loop's own
+                              # code, and a loop blocked in epoll would not see it)
     long max_tasks
     long done_tasks
     uint64_t settings_version
@@ -244,6 +248,7 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
     value = None
     pthread_mutex_lock(&w.q.mu)
     w.done_tasks += 1
+    w.q.completed += 1
     if w.max_tasks > 0 and w.done_tasks >= w.max_tasks:
         flags |= DONE_FLAG_RETIRED
         w.stop = 1
@@ -257,6 +262,40 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
     return 0
 
 
+cdef bint worker_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
+    """Interrupt task tid on w: a cancel message to its event loop if it runs a
+    coroutine, else KeyboardInterrupt injected. Caller holds no GIL and pinned w (w.ops)."""
+    cdef char one = 1
+    pthread_mutex_lock(&w.q.mu)
+    if w.wake_fd >= 0 and w.current_tid == tid and not w.exited:
+        w.cancel_tid = tid
+        # Non-blocking pipe: a full pipe already holds a wakeup.
+        write(w.wake_fd, &one, 1)
+        pthread_mutex_unlock(&w.q.mu)
+        return True
+    pthread_mutex_unlock(&w.q.mu)
+    return interp_interrupt(w, tid)
+
+
+def _worker_set_wake(Py_ssize_t handle, int fd):
+    """Worker side: fd >= 0 routes cancellation of the current job to fd (a coroutine
+    runs on the worker's loop); -1 goes back to injecting KeyboardInterrupt."""
+    cdef WorkerState* w = <WorkerState*>handle
+    pthread_mutex_lock(&w.q.mu)
+    w.wake_fd = fd
+    pthread_mutex_unlock(&w.q.mu)
+
+
+def _worker_cancel_requested(Py_ssize_t handle):
+    """Worker side: True if the job it runs now was asked to stop."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef bint hit
+    pthread_mutex_lock(&w.q.mu)
+    hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
+    pthread_mutex_unlock(&w.q.mu)
+    return hit
+
+
 def _worker_main(Py_ssize_t handle):
     """The job loop of one worker; runs on its thread, inside its interpreter."""
     cdef WorkerState* w = <WorkerState*>handle
@@ -266,7 +305,7 @@ def _worker_main(Py_ssize_t handle):
     cdef Buf err
     from aiosubinterp import _worker
     try:
-        runner = _worker.Runner(decode_blob(w.setup_data, w.setup_size))
+        runner = _worker.Runner(decode_blob(w.setup_data, w.setup_size), handle)
     except BaseException as exc:
         err.data = NULL
         err.size = 0
@@ -445,6 +484,14 @@ cdef class Queue:
         pthread_mutex_unlock(&self.q.mu)
         return n
 
+    def completed(self):
+        """Number of jobs its workers ran to the end (result, error or cancelled while running)."""
+        cdef long long n
+        pthread_mutex_lock(&self.q.mu)
+        n = self.q.completed
+        pthread_mutex_unlock(&self.q.mu)
+        return n
+
     def busy(self):
         """Number of attached workers running a job now."""
         cdef int n = 0
@@ -494,6 +541,7 @@ cdef class Worker:
         w.setup_size = b.size
         w.bootstrap = c_strdup(PyBytes_AS_STRING(boot), PyBytes_GET_SIZE(boot))
         w.max_tasks = max_tasks
+        w.wake_fd = -1
         w.q = queue.q
         pthread_mutex_lock(&w.q.mu)
         w.q.refs += 1
@@ -609,9 +657,9 @@ cdef class Worker:
             return False
         w.ops += 1
         pthread_mutex_unlock(&w.q.mu)
-        # GIL: main -> none (interp_interrupt attaches to the worker's interpreter)
+        # GIL: main -> none (worker_interrupt may attach to the worker's interpreter)
         with nogil:
-            hit = interp_interrupt(w, tid)
+            hit = worker_interrupt(w, tid)
             pthread_mutex_lock(&w.q.mu)
             w.ops -= 1
             pthread_cond_broadcast(&w.q.state_cv)
@@ -784,7 +832,7 @@ def _shutdown_all(double grace=5.0):
         pthread_mutex_unlock(&w.q.mu)
         if ok:
             with nogil:  # GIL: main -> none -> main
-                interp_interrupt(w, tid)
+                worker_interrupt(w, tid)
                 pthread_mutex_lock(&w.q.mu)
                 w.ops -= 1
                 pthread_cond_broadcast(&w.q.state_cv)

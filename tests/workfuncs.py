@@ -186,3 +186,71 @@ def make_pool():
     import aiosubinterp
 
     return aiosubinterp.InterpreterPool(1)
+
+
+# -- introspection and coroutines (asyncio imported inside the functions only) --
+
+
+def current_info():
+    import aiosubinterp
+
+    return aiosubinterp.get_current()
+
+
+def all_ids():
+    import aiosubinterp
+
+    return [info.id for info in aiosubinterp.list_all()], aiosubinterp.active_count()
+
+
+def thread_ident():
+    import threading
+
+    return threading.get_ident()
+
+
+async def async_add(a, b=0):
+    import asyncio
+
+    await asyncio.sleep(0)
+    return a + b
+
+
+async def async_gather_squares(n):
+    import asyncio
+
+    async def one(i):
+        await asyncio.sleep(0)
+        return i * i
+
+    return sum(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def async_raise(msg):
+    import asyncio
+
+    await asyncio.sleep(0)
+    raise CustomError(msg)
+
+
+async def async_loop_facts():
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    return id(loop), type(loop).__module__, interp_id()
+
+
+async def async_wait_forever(wfd):
+    """Write b"s" once running, wait forever; on cancellation write b"c" and re-raise."""
+    import asyncio
+
+    os.write(wfd, b"s")
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        os.write(wfd, b"c")
+        raise
+
+
+def returns_coroutine(a, b):
+    return async_add(a, b)

@@ -1,0 +1,100 @@
+"""Introspection: which interpreters exist, which one runs the caller.
+
+Worker-side module (works in main and in workers alike): no asyncio.
+
+These functions return InterpreterInfo snapshots, not Interpreter handles.
+An ``Interpreter`` owns a worker and lives in the main interpreter, on an
+event loop; but the interpreter running the caller may be a pool's worker
+(which has no Interpreter object), one created by other code (the stdlib's
+``_interpreters``), or the caller may itself be a worker, which cannot hold
+main's objects. A small immutable value that can be compared, hashed,
+pickled and sent anywhere fits all of these. ``Interpreter.info()`` gives
+the same value for an ``Interpreter`` handle.
+"""
+
+from __future__ import annotations
+
+from aiosubinterp import _core
+
+__all__ = ["InterpreterInfo", "active_count", "get_current", "get_main", "list_all"]
+
+
+class InterpreterInfo:
+    """A snapshot describing one CPython interpreter of this process.
+
+    Attributes:
+        id: CPython's interpreter id (``0`` is the main interpreter; ids are
+            never reused within a process).
+        is_main: whether it is the main interpreter.
+        managed: whether aiosubinterp runs a worker in it (a pool's or an
+            ``Interpreter``'s); False for main and for interpreters created
+            by other code.
+
+    Equal infos describe the same interpreter. Thread-safety: immutable.
+    """
+
+    __slots__ = ("id", "is_main", "managed")
+
+    id: int
+    is_main: bool
+    managed: bool
+
+    def __init__(self, id: int, is_main: bool, managed: bool) -> None:  # noqa: A002
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "is_main", is_main)
+        object.__setattr__(self, "managed", managed)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"InterpreterInfo is immutable: cannot set {name!r}")
+
+    def __reduce__(self):
+        return InterpreterInfo, (self.id, self.is_main, self.managed)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InterpreterInfo):
+            return NotImplemented
+        return self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash(("InterpreterInfo", self.id))
+
+    def is_alive(self) -> bool:
+        """Whether this interpreter still exists (not destroyed yet)."""
+        return self.id in _core.list_interpreter_ids()
+
+    def __repr__(self) -> str:
+        kind = "main" if self.is_main else ("worker" if self.managed else "other")
+        return f"<aiosubinterp.InterpreterInfo id={self.id} {kind}>"
+
+
+def _managed_ids() -> set[int]:
+    return {interp_id for _, interp_id, _ in _core.live_workers()}
+
+
+def _info(interp_id: int, main_id: int, managed: set[int]) -> InterpreterInfo:
+    return InterpreterInfo(interp_id, interp_id == main_id, interp_id in managed)
+
+
+def get_current() -> InterpreterInfo:
+    """The interpreter running the caller: main, or the worker a task runs in."""
+    return _info(_core.current_interpreter_id(), _core.main_interpreter_id(), _managed_ids())
+
+
+def get_main() -> InterpreterInfo:
+    """The main interpreter."""
+    main_id = _core.main_interpreter_id()
+    return InterpreterInfo(main_id, True, False)
+
+
+def list_all() -> list[InterpreterInfo]:
+    """Every interpreter alive in this process, main first (also those other code created)."""
+    main_id = _core.main_interpreter_id()
+    managed = _managed_ids()
+    infos = [_info(i, main_id, managed) for i in _core.list_interpreter_ids()]
+    infos.sort(key=lambda info: (not info.is_main, info.id))
+    return infos
+
+
+def active_count() -> int:
+    """Number of interpreters alive in this process, main included (like threading.active_count)."""
+    return len(_core.list_interpreter_ids())

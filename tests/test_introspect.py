@@ -1,0 +1,130 @@
+"""Introspection: get_current, get_main, list_all, active_count, Interpreter state, statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import sys
+
+import pytest
+import workfuncs
+
+import aiosubinterp as asi
+from aiosubinterp import _core
+
+
+async def read_byte(fd: int, timeout: float = 30) -> bytes:
+    """Wait (on the loop, no thread) until fd is readable, then read one byte."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(os.read(fd, 1))
+
+    loop.add_reader(fd, ready)
+    try:
+        return await asyncio.wait_for(fut, timeout)
+    finally:
+        loop.remove_reader(fd)
+
+
+@pytest.fixture
+def pipe():
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        os.close(fd)
+
+
+def test_main_interpreter():
+    main = asi.get_main()
+    assert main.id == _core.main_interpreter_id()
+    assert main.is_main and not main.managed
+    assert asi.get_current() == main
+    assert asi.list_all() == [main]
+    assert asi.active_count() == 1
+    assert main.is_alive()
+    assert pickle.loads(pickle.dumps(main)) == main
+    assert hash(asi.get_current()) == hash(main)
+    with pytest.raises(AttributeError, match="immutable"):
+        main.id = 3  # type: ignore[misc]
+    assert "main" in repr(main)
+
+
+async def test_get_current_inside_a_worker():
+    async with asi.Interpreter() as interp:
+        info = await interp.run(workfuncs.current_info)
+        assert isinstance(info, asi.InterpreterInfo)
+        assert info.id == interp.id and not info.is_main and info.managed
+        assert info == interp.info()
+        ids, count = await interp.run(workfuncs.all_ids)
+        assert ids == [_core.main_interpreter_id(), interp.id] and count == 2
+
+
+async def test_list_all_sees_every_interpreter():
+    async with asi.InterpreterPool(2) as pool, asi.Interpreter() as interp:
+        infos = asi.list_all()
+        assert infos[0] == asi.get_main()
+        assert interp.info() in infos
+        assert len(infos) == asi.active_count() == 4
+        assert all(i.managed for i in infos[1:])
+        pool_ids = set(await asyncio.gather(*(pool.run(workfuncs.interp_id) for _ in range(8))))
+        assert pool_ids <= {i.id for i in infos[1:]}
+        info = interp.info()
+    assert not info.is_alive()
+    assert asi.list_all() == [asi.get_main()]
+
+
+def test_list_all_includes_interpreters_created_by_other_code():
+    if sys.version_info >= (3, 13):
+        import _interpreters as stdlib
+    else:
+        import _xxsubinterpreters as stdlib
+    other = stdlib.create()
+    try:
+        infos = {i.id: i for i in asi.list_all()}
+        assert other in infos and not infos[other].managed and not infos[other].is_main
+        assert asi.active_count() == 2
+    finally:
+        stdlib.destroy(other)
+    assert asi.active_count() == 1
+
+
+async def test_interpreter_state_ident_and_task(pipe):
+    r, w = pipe
+    back_r, back_w = os.pipe()
+    interp = asi.Interpreter()
+    assert not interp.is_alive() and not interp.is_running() and interp.task is None
+    with pytest.raises(RuntimeError, match="has not started"):
+        interp.get_ident()
+    async with interp:
+        assert interp.is_alive() and not interp.is_running()
+        assert await interp.run(workfuncs.thread_ident) == interp.get_ident()
+        assert interp.get_ident() != __import__("threading").get_ident()
+        try:
+            task = interp.submit(workfuncs.write_then_read, w, back_r)
+            # The task writes first, then blocks reading what we send back.
+            assert await read_byte(r) == b"x"
+            assert interp.is_running()
+            assert interp.task is task
+            os.write(back_w, b"y")
+            assert await asyncio.wait_for(task, 30) == b"y"
+            assert not interp.is_running() and interp.task is None
+        finally:
+            os.write(back_w, b"!")  # never leave the task blocked
+    os.close(back_r)
+    os.close(back_w)
+    assert not interp.is_alive()
+
+
+async def test_statistics_count_completed(pipe):
+    async with asi.InterpreterPool(2) as pool:
+        assert pool.statistics()["completed"] == 0
+        await asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(10)))
+        with pytest.raises(workfuncs.CustomError):
+            await pool.run(workfuncs.raise_custom, "x")
+        stats = pool.statistics()
+        assert stats["completed"] == 11 and stats["submitted"] == 11
+        assert stats["busy"] == 0 and stats["queued"] == 0
