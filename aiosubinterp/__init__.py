@@ -20,6 +20,7 @@ __all__ = [
     "ChannelClosedError",
     "EndOfChannel",
     "ExecutionFailed",
+    "FileDescriptor",
     "Interpreter",
     "InterpreterError",
     "InterpreterPool",
@@ -33,6 +34,9 @@ __all__ = [
     "select",
     "select_sync",
     "SendChannel",
+    "share",
+    "SharedBuffer",
+    "SharedLock",
     "Task",
     "WouldBlock",
 ]
@@ -59,6 +63,10 @@ _LAZY = {
     "open_channel": "_channel",
     "select": "_select",
     "select_sync": "_select",
+    "FileDescriptor": "_core",
+    "share": "_core",
+    "SharedBuffer": "_core",
+    "SharedLock": "_core",
 }
 
 if TYPE_CHECKING:
@@ -83,6 +91,10 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import WouldBlock as WouldBlock
     from aiosubinterp._select import select as select
     from aiosubinterp._select import select_sync as select_sync
+    from aiosubinterp._core import FileDescriptor as FileDescriptor
+    from aiosubinterp._core import share as share
+    from aiosubinterp._core import SharedBuffer as SharedBuffer
+    from aiosubinterp._core import SharedLock as SharedLock
 
 
 def __getattr__(name: str) -> object:

@@ -16,7 +16,7 @@ import pickle
 import sys
 import types
 
-__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "function_ref", "loads"]
+__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "dumps_oob", "function_ref", "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
@@ -37,8 +37,25 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def loads(data: bytes) -> object:
-    return _Unpickler(io.BytesIO(data)).load()
+def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list]:
+    """Pickle obj; PickleBuffers of threshold bytes or more are left out-of-band."""
+    oob: list = []
+
+    def keep_in_band(pb: pickle.PickleBuffer) -> bool:
+        try:
+            size = pb.raw().nbytes
+        except BufferError:  # not contiguous: only in-band can copy it
+            return True
+        if size < threshold:
+            return True
+        oob.append(pb)
+        return False
+
+    return pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band), oob
+
+
+def loads(data: bytes, buffers: list | None = None) -> object:
+    return _Unpickler(io.BytesIO(data), buffers=buffers).load()
 
 
 def _getattr_path(obj: object, qualname: str) -> object:
