@@ -21,7 +21,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from capi cimport *
 from posix cimport *
 
-import sys
+import sys as _sys
 import aiosubinterp._marshal as _marshal_module
 
 include "errors.pxi"

@@ -589,7 +589,8 @@ cdef int encode_fd(Buf* b, int fd, int64_t kind, int64_t family, int64_t stype, 
     buf_i64(b, kind)
     buf_i64(b, family)
     buf_i64(b, stype)
-    return buf_i64(b, proto)
+    buf_i64(b, proto)
+    return 1
 
 
 cdef object decode_fd(Reader* r):
@@ -637,7 +638,7 @@ cdef int encode_special(Buf* b, object obj) except -1:
             # handed over writable); every other buffer crosses read-only.
             return encode_share(b, obj, _is_writable_share_view(obj))
         return 0
-    sock_mod = sys.modules.get("socket")
+    sock_mod = _sys.modules.get("socket")
     if sock_mod is not None and isinstance(obj, sock_mod.socket):
         if obj.fileno() < 0:
             raise ValueError(f"cannot pass the closed socket {obj!r} to an interpreter")
@@ -765,3 +766,12 @@ cdef inline int _skip(Reader* r, int64_t n) noexcept:
         return -1
     r.p += n
     return 0
+
+
+def buffer_address(obj):
+    """Address of the first byte of obj's buffer (tests: proves two views share memory)."""
+    cdef Py_buffer v
+    PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE)
+    addr = <Py_ssize_t>v.buf
+    PyBuffer_Release(&v)
+    return addr

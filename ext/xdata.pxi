@@ -201,8 +201,13 @@ cdef inline bint native_leaf(object item, int depth) except -1:
         return True
     if t is bytes:
         return PyBytes_GET_SIZE(item) < SHARE_MIN
-    if t is list or t is dict or t is tuple:
-        return native_only(item, depth + 1)
+    if t is tuple:
+        # Nested lists and dicts are left to pickle, whose memo keeps shared
+        # references (the same list twice) shared.
+        for sub in <tuple>item:
+            if not native_leaf(sub, depth + 1):
+                return False
+        return depth < 8
     return False
 
 

@@ -9,7 +9,7 @@ from aiosubinterp import _core
 
 STUB = pathlib.Path(_core.__file__).with_name("_core.pyi")
 # Module globals that are implementation details of the import, not API.
-NOT_API = {"_atexit", "_marshal_module"}
+NOT_API = {"_atexit", "_marshal_module", "_sys"}
 
 
 def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
