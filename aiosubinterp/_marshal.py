@@ -143,9 +143,11 @@ def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseExcept
             break
     return NotShareableError(
         f"cannot send {culprit} to an interpreter: {type(reason).__name__}: {reason}. "
-        "Values cross by copy: builtin immutables natively, anything else by pickle. Pass "
-        "plain data (or a picklable object) instead, and re-create resources such as "
-        "locks, files and sockets inside the task."
+        "Values cross by copy (builtin immutables natively, anything else by pickle), "
+        "buffers zero-copy (aiosubinterp.share), and sockets or aiosubinterp.FileDescriptor "
+        "as duplicated fds. Pass plain data (or a picklable object) instead, use "
+        "aiosubinterp.SharedBuffer/SharedLock for shared state, and re-create other "
+        "resources such as locks and files inside the task."
     )
 
 

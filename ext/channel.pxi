@@ -32,6 +32,7 @@
 # without being decoded (a job withdrawn before it ran, an item left in a
 # channel whose receivers are all gone, an encoding that failed half-way)
 # keeps the counts of the ends it carried: such a channel never ends.
+# (Shares, shared memory and fds in such blobs are dropped: blob_discard.)
 
 cdef extern from *:
     """
@@ -372,6 +373,8 @@ cdef void chan_free_items(ChanState* c) noexcept nogil:
     cdef ChanItem* nxt
     while item != NULL:
         nxt = item.next
+        # Nobody will decode it: drop the buffers, shared memory and fds it holds.
+        blob_discard((<char*>item) + sizeof(ChanItem), item.size)
         free(item)
         item = nxt
     c.head = NULL

@@ -40,8 +40,9 @@ cdef extern from *:
     Py_ssize_t asi_share_orphans
     Py_ssize_t asi_shared_mem_live
 
-cdef extern from "Python.h":
-    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
+cdef extern from "Python.h" nogil:
+    # Needs no GIL and no thread state; the function runs in main's main thread with main's GIL.
+    int Py_AddPendingCall(int (*func)(void*) noexcept nogil, void* arg)
 
 cdef extern from "unistd.h" nogil:
     int dup(int fd)
@@ -182,7 +183,7 @@ cdef void owner_kill(ShareOwner* o) noexcept:
     pthread_mutex_unlock(&asi_share_mu)
 
 
-cdef void rec_decref(ShareRec* rec) noexcept:
+cdef void rec_decref(ShareRec* rec) noexcept nogil:
     """Drop one reference; the last one sends the record home. Any interpreter's GIL (or none)."""
     global asi_share_live, asi_share_orphans, asi_shared_mem_live
     cdef ShareOwner* o = rec.owner
@@ -212,7 +213,8 @@ cdef void rec_decref(ShareRec* rec) noexcept:
         pthread_cond_broadcast(&o.q.cv)
         pthread_mutex_unlock(&o.q.mu)
     pthread_mutex_unlock(&asi_share_mu)
-    if schedule and Py_AddPendingCall(main_pending_release, NULL) != 0:
+    # The cast is sound: CPython runs pending calls holding main's GIL (Cython warns).
+    if schedule and Py_AddPendingCall(<int (*)(void*) noexcept nogil>main_pending_release, NULL) != 0:
         pthread_mutex_lock(&asi_share_mu)
         o.pending_call = 0  # queue full: the next submit or hub drain releases it
         pthread_mutex_unlock(&asi_share_mu)
@@ -686,7 +688,7 @@ def release_pending():
 
 # -- dropping a blob that will never be decoded ----------------------------------
 
-cdef int blob_discard(const char* data, Py_ssize_t size) noexcept:
+cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:
     """Drop the references a blob owns (shares, shared memory, fds). Any GIL.
 
     Channel ends in it keep their counts (see channel.pxi). Returns -1 on a
@@ -698,7 +700,7 @@ cdef int blob_discard(const char* data, Py_ssize_t size) noexcept:
     return _discard_obj(&r)
 
 
-cdef int _discard_obj(Reader* r) noexcept:
+cdef int _discard_obj(Reader* r) noexcept nogil:
     cdef unsigned char tag
     cdef int64_t n, i, v
     if r.end - r.p < 1:
@@ -761,7 +763,7 @@ cdef int _discard_obj(Reader* r) noexcept:
     return _skip(r, n)
 
 
-cdef inline int _skip(Reader* r, int64_t n) noexcept:
+cdef inline int _skip(Reader* r, int64_t n) noexcept nogil:
     if n < 0 or r.end - r.p < n:
         return -1
     r.p += n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import asyncio
 import gc
+import math
 import mmap
 import os
 import socket
@@ -287,3 +288,17 @@ async def test_large_channel_items_are_zero_copy():
         assert await task == 20 * BIG
     recv.close()
     assert (await settle_shares())[0] == 0
+
+
+async def test_items_nobody_can_receive_release_their_shares():
+    send, recv = asi.open_channel(maxsize=math.inf)
+    for _ in range(5):
+        await send.send(b"\x08" * BIG)
+    r, w = os.pipe()
+    os.close(r)
+    await send.send(asi.FileDescriptor(w))
+    os.close(w)
+    assert _core.share_stats()[0] == 5
+    recv.close()  # the last receiver: the queued items are dropped
+    send.close()
+    assert (await settle_shares())[0] == 0  # and the fd duplicate is closed (no_leaks fixture)
