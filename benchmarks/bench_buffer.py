@@ -91,7 +91,8 @@ def contender(kind: str):
 def _make_call(kind, runner, fn, op, payload):
     if kind != "shm":
         async def call() -> int:
-            return memoryview(await runner.run(fn, payload)).nbytes
+            r = await runner.run(fn, payload)
+            return r if op == "len" else memoryview(r).nbytes
         return call
 
     from multiprocessing import shared_memory
@@ -121,7 +122,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     for name, rounds in results.items():
         good, error = _common.ok_rounds(rounds)
         if not good:
-            rows.append([name, _common.error_cell(error or "no result")] + [""] * (len(CASES) * 2))
+            rows.append([name, _common.error_cell(error or "no result")] + [""] * (len(CASES) * 2 - 1))
             continue
         row = [name]
         for mib, op in CASES:

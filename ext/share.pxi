@@ -697,6 +697,7 @@ cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:
     cdef Reader r
     r.p = data
     r.end = data + size
+    r.no_refs = 0
     return _discard_obj(&r)
 
 

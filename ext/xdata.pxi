@@ -219,6 +219,7 @@ cdef int encode_into(Buf* b, object obj) except -1:
 cdef struct Reader:
     const char* p
     const char* end
+    int no_refs              # loads(): the blob's shares, shared memory and fds were dropped
 
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
@@ -296,6 +297,11 @@ cdef object decode_obj(Reader* r):
         return d
     if tag == TAG_CHANNEL:
         return chan_decode_end(r)
+    if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
+                      or tag == TAG_PICKLE_OOB):
+        raise ValueError("aiosubinterp.loads: this value held zero-copy buffers, shared memory "
+                         "or file descriptors, which dumps() does not keep; only a transfer "
+                         "carries them")
     if tag == TAG_SHARE:
         rd_need(r, 32)
         return decode_share(r)
@@ -336,6 +342,7 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
     cdef Reader r
     r.p = data
     r.end = data + size
+    r.no_refs = 0
     value = decode_obj(&r)
     if r.p != r.end:
         raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
@@ -379,4 +386,11 @@ def loads(data):
     cdef bytes raw = data if type(data) is bytes else bytes(data)
     if not raw:
         raise ValueError("aiosubinterp.loads: empty input")
-    return decode_blob(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+    cdef Reader r
+    r.p = PyBytes_AS_STRING(raw)
+    r.end = r.p + PyBytes_GET_SIZE(raw)
+    r.no_refs = 1
+    value = decode_obj(&r)
+    if r.p != r.end:
+        raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+    return value

@@ -302,3 +302,11 @@ async def test_items_nobody_can_receive_release_their_shares():
     recv.close()  # the last receiver: the queued items are dropped
     send.close()
     assert (await settle_shares())[0] == 0  # and the fd duplicate is closed (no_leaks fixture)
+
+
+def test_dumps_output_never_loads_dropped_references():
+    data = _core.dumps(b"\x01" * BIG)  # the share it took is dropped at once
+    assert _core.share_stats()[0] == 0
+    with pytest.raises(ValueError, match="dumps"):
+        _core.loads(data)
+    assert _core.loads(_core.dumps(b"small")) == b"small"
