@@ -140,6 +140,10 @@ def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseExcept
             _probe(value)
         except Exception as exc:  # noqa: BLE001 - any failure names the culprit
             culprit, reason = label, exc
+            where, inner, inner_exc = _locate(value, "", 0)
+            if where:
+                culprit = f"{label}, at {where} ({type(inner).__name__}),"
+                reason = inner_exc or exc
             break
     return NotShareableError(
         f"cannot send {culprit} to an interpreter: {type(reason).__name__}: {reason}. "
@@ -149,6 +153,29 @@ def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseExcept
         "aiosubinterp.SharedBuffer/SharedLock for shared state, and re-create other "
         "resources such as locks and files inside the task."
     )
+
+
+def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseException | None]:
+    """The deepest part of a container value that cannot be sent: (path, part, error)."""
+    if depth > 20:
+        return path, value, None
+    if type(value) in (list, tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]  # type: ignore[arg-type]
+    elif type(value) is dict:
+        items = []
+        for k, v in value.items():  # type: ignore[attr-defined]
+            items += [(f"{path} key {k!r}", k), (f"{path}[{k!r}]", v)]
+    elif type(value) in (set, frozenset):
+        items = [(f"{path} item {v!r}", v) for v in value]  # type: ignore[attr-defined]
+    else:
+        return path, value, None
+    for sub_path, item in items:
+        try:
+            _probe(item)
+        except Exception as exc:  # noqa: BLE001
+            found, part, inner = _locate(item, sub_path, depth + 1)
+            return found, part, inner or exc
+    return path, value, None
 
 
 def _probe(value: object) -> None:

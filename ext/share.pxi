@@ -641,7 +641,10 @@ cdef int encode_special(Buf* b, object obj) except -1:
             return encode_share(b, obj, _is_writable_share_view(obj))
         return 0
     sock_mod = _sys.modules.get("socket")
-    if sock_mod is not None and isinstance(obj, sock_mod.socket):
+    if sock_mod is not None and (isinstance(obj, sock_mod.socket)
+                                 or t.__name__ in ("TransportSocket", "PseudoSocket")):
+        # What asyncio's (TransportSocket) and uvloop's (PseudoSocket)
+        # transports hand out as get_extra_info("socket"): a real socket there.
         if obj.fileno() < 0:
             raise ValueError(f"cannot pass the closed socket {obj!r} to an interpreter")
         return encode_fd(b, obj.fileno(), FD_SOCKET, obj.family, obj.type, obj.proto)

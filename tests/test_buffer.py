@@ -310,3 +310,37 @@ def test_dumps_output_never_loads_dropped_references():
     with pytest.raises(ValueError, match="dumps"):
         _core.loads(data)
     assert _core.loads(_core.dumps(b"small")) == b"small"
+
+
+async def test_refusal_names_the_nested_part():
+    a, b = socket.socketpair()
+    b.close()
+    with a:
+        async with asi.InterpreterPool(1) as pool:
+            with pytest.raises(asi.NotShareableError,
+                               match=r"argument 0 of echo\(\) \(dict\), at \['k'\]\[1\] \(socket\)"):
+                await pool.run(workfuncs.echo, {"k": [1, b]})
+
+
+async def test_server_hands_a_connection_to_a_worker():
+    async with asi.InterpreterPool(1) as pool:
+        handed = asyncio.Event()
+
+        async def on_connect(reader, writer):
+            # What a uvloop/asyncio server does: give the connection to a worker.
+            await pool.run(buffuncs.sock_send, writer.get_extra_info("socket"), b"from a worker")
+            writer.close()
+            await writer.wait_closed()
+            handed.set()
+
+        # Sockets made here: a host name would make uvloop start libuv's
+        # resolver threads, which outlive the test.
+        listener = socket.create_server(("127.0.0.1", 0))
+        server = await asyncio.start_server(on_connect, sock=listener)
+        async with server:
+            client = socket.create_connection(listener.getsockname())
+            reader, writer = await asyncio.open_connection(sock=client)
+            assert await reader.read() == b"from a worker"
+            await handed.wait()
+            writer.close()
+            await writer.wait_closed()
