@@ -90,3 +90,26 @@ def sum_channel(recv):
     for item in recv:
         total += memoryview(item).nbytes
     return total
+
+
+def produce(send, count, size):
+    """Worker-owned buffers into a channel (the consumer may be another worker)."""
+    with send:
+        for i in range(count):
+            send.send_sync(bytes([i % 256]) * size)
+    return count
+
+
+def consume(recv):
+    """(items, total bytes, all items read-only views with the right content)."""
+    n = total = 0
+    ok = True
+    for item in recv:
+        ok = ok and type(item) is memoryview and item.readonly and item[0] == n % 256
+        n += 1
+        total += item.nbytes
+    return n, total, ok
+
+
+def addresses_from(recv):
+    return [_core.buffer_address(item) for item in recv]
