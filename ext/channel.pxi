@@ -135,14 +135,17 @@ cdef ChanItem* item_encode(object obj) except NULL:
     b.size = 0
     b.cap = 0
     try:
-        if type(obj) is bytes:
-            # One allocation for large buffers instead of a chain of reallocs.
+        if type(obj) is bytes and PyBytes_GET_SIZE(obj) < SHARE_MIN:
+            # One allocation for mid-size buffers instead of a chain of
+            # reallocs (larger ones are shared, not copied: share.pxi).
             buf_reserve(&b, sizeof(ChanItem) + 16 + PyBytes_GET_SIZE(obj))
         else:
             buf_reserve(&b, sizeof(ChanItem) + 64)
         b.size = sizeof(ChanItem)
         encode_into(&b, obj)
     except BaseException:
+        if b.size > <Py_ssize_t>sizeof(ChanItem):  # drop the shares and fds encoded so far
+            blob_discard(b.data + sizeof(ChanItem), b.size - <Py_ssize_t>sizeof(ChanItem))
         buf_free(&b)
         raise
     item = <ChanItem*>b.data

@@ -236,10 +236,12 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
             try:
                 encode_into(&out, value)
             except BaseException as exc:
+                blob_discard(out.data, out.size)  # shares and fds encoded before the failure
                 out.size = 0
                 status = DONE_ERROR
                 encode_into(&out, runner.describe_unsendable_result(value, exc))
     except BaseException as exc:
+        blob_discard(out.data, out.size)
         out.size = 0
         status = DONE_ERROR
         encode_into(&out, runner.describe_minimal(exc))
@@ -363,6 +365,7 @@ cdef class Queue:
         try:
             encode_into(&b, payload)
         except BaseException:
+            blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
             buf_free(&b)
             raise
         job = <Job*>calloc(1, sizeof(Job))

@@ -388,3 +388,18 @@ async def test_worker_to_worker_buffers_through_a_channel():
         assert await consumer == (300, 300 * BIG, True)
         # The producer (owner) released everything while idle.
         assert (await settle_shares())[0] == 0
+
+
+async def test_failed_encodings_drop_the_shares_they_took():
+    data = b"\x01" * BIG
+    send, recv = asi.open_channel(maxsize=math.inf)
+    async with asi.InterpreterPool(1) as pool:
+        with pytest.raises(asi.NotShareableError, match="argument 1"):
+            await pool.run(workfuncs.echo, data, lambda: 0)
+        with pytest.raises(asi.NotShareableError):
+            await pool.run(buffuncs.unsendable_with_view, data)  # the result cannot go back
+        with pytest.raises(Exception):
+            await send.send((data, lambda: 0))
+    send.close()
+    recv.close()
+    assert (await settle_shares())[0] == 0
