@@ -22,6 +22,7 @@ __all__ = [
     "ChannelClosedError",
     "EndOfChannel",
     "ExecutionFailed",
+    "FileDescriptor",
     "Interpreter",
     "InterpreterError",
     "InterpreterInfo",
@@ -40,6 +41,9 @@ __all__ = [
     "select",
     "select_sync",
     "SendChannel",
+    "share",
+    "SharedBuffer",
+    "SharedLock",
     "Task",
     "WouldBlock",
 ]
@@ -71,6 +75,10 @@ _LAZY = {
     "open_channel": "_channel",
     "select": "_select",
     "select_sync": "_select",
+    "FileDescriptor": "_core",
+    "share": "_core",
+    "SharedBuffer": "_core",
+    "SharedLock": "_core",
 }
 
 if TYPE_CHECKING:
@@ -100,6 +108,10 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import WouldBlock as WouldBlock
     from aiosubinterp._select import select as select
     from aiosubinterp._select import select_sync as select_sync
+    from aiosubinterp._core import FileDescriptor as FileDescriptor
+    from aiosubinterp._core import share as share
+    from aiosubinterp._core import SharedBuffer as SharedBuffer
+    from aiosubinterp._core import SharedLock as SharedLock
 
 
 def __getattr__(name: str) -> object:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import types
 
-__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "function_ref", "loads"]
+__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "dumps_oob", "function_ref", "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
@@ -48,12 +48,30 @@ def dumps(obj: object) -> bytes:
     return (_pickle or _load_pickle()).dumps(obj, protocol=5)
 
 
-def loads(data: bytes) -> object:
+def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list]:
+    """Pickle obj; PickleBuffers of threshold bytes or more are left out-of-band."""
+    pickle = _pickle or _load_pickle()
+    oob: list = []
+
+    def keep_in_band(pb) -> bool:
+        try:
+            size = pb.raw().nbytes
+        except BufferError:  # not contiguous: only in-band can copy it
+            return True
+        if size < threshold:
+            return True
+        oob.append(pb)
+        return False
+
+    return pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band), oob
+
+
+def loads(data: bytes, buffers: list | None = None) -> object:
     import io
 
     if _Unpickler is None:
         _load_pickle()
-    return _Unpickler(io.BytesIO(data)).load()  # type: ignore[misc]
+    return _Unpickler(io.BytesIO(data), buffers=buffers).load()  # type: ignore[misc]
 
 
 def _getattr_path(obj: object, qualname: str) -> object:
@@ -150,13 +168,42 @@ def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseExcept
             _probe(value)
         except Exception as exc:  # noqa: BLE001 - any failure names the culprit
             culprit, reason = label, exc
+            where, inner, inner_exc = _locate(value, "", 0)
+            if where:
+                culprit = f"{label}, at {where} ({type(inner).__name__}),"
+                reason = inner_exc or exc
             break
     return NotShareableError(
         f"cannot send {culprit} to an interpreter: {type(reason).__name__}: {reason}. "
-        "Values cross by copy: builtin immutables natively, anything else by pickle. Pass "
-        "plain data (or a picklable object) instead, and re-create resources such as "
-        "locks, files and sockets inside the task."
+        "Values cross by copy (builtin immutables natively, anything else by pickle), "
+        "buffers zero-copy (aiosubinterp.share), and sockets or aiosubinterp.FileDescriptor "
+        "as duplicated fds. Pass plain data (or a picklable object) instead, use "
+        "aiosubinterp.SharedBuffer/SharedLock for shared state, and re-create other "
+        "resources such as locks and files inside the task."
     )
+
+
+def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseException | None]:
+    """The deepest part of a container value that cannot be sent: (path, part, error)."""
+    if depth > 20:
+        return path, value, None
+    if type(value) in (list, tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]  # type: ignore[arg-type]
+    elif type(value) is dict:
+        items = []
+        for k, v in value.items():  # type: ignore[attr-defined]
+            items += [(f"{path} key {k!r}", k), (f"{path}[{k!r}]", v)]
+    elif type(value) in (set, frozenset):
+        items = [(f"{path} item {v!r}", v) for v in value]  # type: ignore[attr-defined]
+    else:
+        return path, value, None
+    for sub_path, item in items:
+        try:
+            _probe(item)
+        except Exception as exc:  # noqa: BLE001
+            found, part, inner = _locate(item, sub_path, depth + 1)
+            return found, part, inner or exc
+    return path, value, None
 
 
 def _probe(value: object) -> None:

@@ -21,11 +21,13 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from capi cimport *
 from posix cimport *
 
+import sys as _sys
 import aiosubinterp._marshal as _marshal_module
 
 include "errors.pxi"
 include "xdata.pxi"
 include "queues.pxi"
+include "share.pxi"
 include "wakeup.pxi"
 include "interp.pxi"
 include "worker.pxi"

@@ -32,6 +32,7 @@
 # without being decoded (a job withdrawn before it ran, an item left in a
 # channel whose receivers are all gone, an encoding that failed half-way)
 # keeps the counts of the ends it carried: such a channel never ends.
+# (Shares, shared memory and fds in such blobs are dropped: blob_discard.)
 
 cdef extern from *:
     """
@@ -134,14 +135,17 @@ cdef ChanItem* item_encode(object obj) except NULL:
     b.size = 0
     b.cap = 0
     try:
-        if type(obj) is bytes:
-            # One allocation for large buffers instead of a chain of reallocs.
+        if type(obj) is bytes and PyBytes_GET_SIZE(obj) < SHARE_MIN:
+            # One allocation for mid-size buffers instead of a chain of
+            # reallocs (larger ones are shared, not copied: share.pxi).
             buf_reserve(&b, sizeof(ChanItem) + 16 + PyBytes_GET_SIZE(obj))
         else:
             buf_reserve(&b, sizeof(ChanItem) + 64)
         b.size = sizeof(ChanItem)
         encode_into(&b, obj)
     except BaseException:
+        if b.size > <Py_ssize_t>sizeof(ChanItem):  # drop the shares and fds encoded so far
+            blob_discard(b.data + sizeof(ChanItem), b.size - <Py_ssize_t>sizeof(ChanItem))
         buf_free(&b)
         raise
     item = <ChanItem*>b.data
@@ -372,6 +376,8 @@ cdef void chan_free_items(ChanState* c) noexcept nogil:
     cdef ChanItem* nxt
     while item != NULL:
         nxt = item.next
+        # Nobody will decode it: drop the buffers, shared memory and fds it holds.
+        blob_discard((<char*>item) + sizeof(ChanItem), item.size)
         free(item)
         item = nxt
     c.head = NULL

@@ -177,6 +177,7 @@ cdef class Hub:
         # take finds an empty list and writes the fd again, so none is lost.
         while read(h.rfd, sink, sizeof(sink)) > 0:
             pass
+        share_drain(current_owner())
         pthread_mutex_lock(&h.mu)
         c = h.head
         h.head = NULL

@@ -40,6 +40,7 @@ cdef struct WorkerState:
     char* error_data          # encoded exception info (start failed in setup)
     Py_ssize_t error_size
     char* error_text          # start failed before setup could report
+    void* share_owner         # ShareOwner* of the interpreter while its job loop runs
 
 
 # The registry of live workers is process-wide: its head and the serial
@@ -158,6 +159,8 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
         while True:
             if w.stop:
                 break
+            if w.share_owner != NULL and asi_load_ptr(&(<ShareOwner*>w.share_owner).pending) != NULL:
+                break  # buffers came back: release them (below), then wait again
             if q.head != NULL:
                 job = queue_pop(q)
                 w.current_tid = job.tid
@@ -237,10 +240,12 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
             try:
                 encode_into(&out, value)
             except BaseException as exc:
+                blob_discard(out.data, out.size)  # shares and fds encoded before the failure
                 out.size = 0
                 status = DONE_ERROR
                 encode_into(&out, runner.describe_unsendable_result(value, exc))
     except BaseException as exc:
+        blob_discard(out.data, out.size)
         out.size = 0
         status = DONE_ERROR
         encode_into(&out, runner.describe_minimal(exc))
@@ -299,10 +304,9 @@ def _worker_cancel_requested(Py_ssize_t handle):
 def _worker_main(Py_ssize_t handle):
     """The job loop of one worker; runs on its thread, inside its interpreter."""
     cdef WorkerState* w = <WorkerState*>handle
-    cdef Job* job
-    cdef char* settings = NULL
-    cdef Py_ssize_t settings_size = 0
     cdef Buf err
+    cdef ShareOwner* owner
+    global _share_owner_addr
     from aiosubinterp import _worker
     try:
         runner = _worker.Runner(decode_blob(w.setup_data, w.setup_size), handle)
@@ -321,10 +325,38 @@ def _worker_main(Py_ssize_t handle):
         pthread_mutex_unlock(&w.q.mu)
         worker_set_state(w, W_FAILED)
         return
+    owner = owner_new(w.q)
+    _share_owner_addr = <Py_ssize_t>owner
+    pthread_mutex_lock(&w.q.mu)
+    w.share_owner = owner
+    pthread_mutex_unlock(&w.q.mu)
     worker_set_state(w, W_READY)
+    try:
+        worker_job_loop(w, runner)
+    finally:
+        pthread_mutex_lock(&w.q.mu)
+        w.share_owner = NULL
+        pthread_mutex_unlock(&w.q.mu)
+        _share_owner_addr = 0
+        owner_kill(owner)
+
+
+cdef int worker_job_loop(WorkerState* w, object runner) except -1:
+    cdef Job* job
+    cdef char* settings = NULL
+    cdef Py_ssize_t settings_size = 0
+    cdef ShareOwner* owner = <ShareOwner*>w.share_owner
     while True:
+        share_drain(owner)
         job = worker_next_job(w, &settings, &settings_size)
         if job == NULL:
+            if asi_load_ptr(&owner.pending) != NULL and not asi_load_int(&w.stop):
+                continue
+            pthread_mutex_lock(&w.q.mu)
+            if w.q.head != NULL and not w.stop and not w.q.closed:
+                pthread_mutex_unlock(&w.q.mu)
+                continue
+            pthread_mutex_unlock(&w.q.mu)
             break
         if settings != NULL:
             try:
@@ -334,6 +366,8 @@ def _worker_main(Py_ssize_t handle):
                 settings = NULL
         worker_run_job(w, runner, job)
     runner.shutdown()
+    share_drain(owner)
+    return 0
 
 
 cdef class Queue:
@@ -366,13 +400,16 @@ cdef class Queue:
         b.data = NULL
         b.size = 0
         b.cap = 0
+        share_drain(main_owner())
         try:
             encode_into(&b, payload)
         except BaseException:
+            blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
             buf_free(&b)
             raise
         job = <Job*>calloc(1, sizeof(Job))
         if job == NULL:
+            blob_discard(b.data, b.size)
             buf_free(&b)
             raise MemoryError()
         job.tid = tid
@@ -386,6 +423,7 @@ cdef class Queue:
         pthread_mutex_lock(&self.q.mu)
         if self.q.closed:
             pthread_mutex_unlock(&self.q.mu)
+            blob_discard(job.data, job.size)
             job_free(job)
             raise RuntimeError("aiosubinterp: this queue is closed")
         queue_push(self.q, job)
@@ -417,6 +455,7 @@ cdef class Queue:
                 w = w.next_in_queue
         pthread_mutex_unlock(&self.q.mu)
         if job != NULL:
+            blob_discard(job.data, job.size)
             job_free(job)
         return code, serial
 
@@ -446,6 +485,7 @@ cdef class Queue:
             jobs = job.next
             copy = c_strdup(b.data, b.size)
             hub_post_new(job.hub, job.tid, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
+            blob_discard(job.data, job.size)
             job_free(job)
             count += 1
         buf_free(&b)

@@ -22,6 +22,8 @@ cdef enum:
     TAG_TUPLE = 116      # 't': count + items
     TAG_FROZENSET = 122  # 'z': count + items
     TAG_PICKLE = 112     # 'p': length + pickle protocol 5
+    TAG_LIST = 108       # 'l': count + items
+    TAG_DICT = 109       # 'm': count + key, value pairs
 
 cdef enum:
     # Native nesting deeper than this is pickled as a whole instead, so the C
@@ -84,8 +86,23 @@ cdef inline void buf_free(Buf* b) noexcept nogil:
 
 
 cdef int encode_pickled(Buf* b, object obj) except -1:
-    cdef bytes data = _marshal_module.dumps(obj)
-    return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    cdef bytes data
+    cdef list oob
+    if current_owner() == NULL:
+        data = _marshal_module.dumps(obj)
+        return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    # Protocol 5 out-of-band buffers (PickleBuffer) of SHARE_MIN bytes or more
+    # cross zero-copy (share.pxi); smaller ones stay in the pickle.
+    data, oob = _marshal_module.dumps_oob(obj, SHARE_MIN)
+    if not oob:
+        return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    buf_tag(b, TAG_PICKLE_OOB)
+    buf_i64(b, len(oob))
+    for pb in oob:
+        if not encode_share(b, pb, False):
+            raise ValueError("aiosubinterp: cannot share an out-of-band pickle buffer here")
+    buf_i64(b, PyBytes_GET_SIZE(data))
+    return buf_put(b, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
 
 cdef int encode_obj(Buf* b, object obj, int depth) except -1:
@@ -119,6 +136,8 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
             return buf_sized(b, TAG_STR_SURROGATE, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
         return buf_sized(b, TAG_STR, s, n)
     if t is bytes:
+        if PyBytes_GET_SIZE(obj) >= SHARE_MIN and encode_special(b, obj):
+            return 0  # large: zero-copy, the receiver gets a read-only memoryview
         return buf_sized(b, TAG_BYTES, PyBytes_AS_STRING(obj), PyBytes_GET_SIZE(obj))
     if t is tuple and depth < MAX_NATIVE_DEPTH:
         buf_tag(b, TAG_TUPLE)
@@ -138,9 +157,58 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
         buf_put(b, &d, 8)
         d = (<complex>obj).imag
         return buf_put(b, &d, 8)
+    if t is list and depth < MAX_NATIVE_DEPTH and native_only(obj, depth):
+        buf_tag(b, TAG_LIST)
+        buf_i64(b, len(<list>obj))
+        for item in <list>obj:
+            encode_obj(b, item, depth + 1)
+        return 0
+    if t is dict and depth < MAX_NATIVE_DEPTH and native_only(obj, depth):
+        buf_tag(b, TAG_DICT)
+        buf_i64(b, len(<dict>obj))
+        for key, item in (<dict>obj).items():
+            encode_obj(b, key, depth + 1)
+            encode_obj(b, item, depth + 1)
+        return 0
     if chan_try_encode_end(b, obj):  # channel.pxi: an end crosses as a handle
         return 0
+    if encode_special(b, obj):  # share.pxi: buffers, shared memory, fds
+        return 0
     return encode_pickled(b, obj)
+
+
+cdef bint native_only(object obj, int depth) except -1:
+    """True if obj (an exact list or dict) holds only scalars, strings and bytes, and
+    nested exact lists, dicts and tuples of those: such a value has no shared
+    references or cycles that pickle's memo would preserve, so a native copy is exact."""
+    cdef type t
+    if depth >= 8:
+        return False
+    if type(obj) is dict:
+        for key, item in (<dict>obj).items():
+            if not native_leaf(key, depth) or not native_leaf(item, depth):
+                return False
+        return True
+    for item in obj:
+        if not native_leaf(item, depth):
+            return False
+    return True
+
+
+cdef inline bint native_leaf(object item, int depth) except -1:
+    cdef type t = type(item)
+    if item is None or t is int or t is str or t is float or t is bool:
+        return True
+    if t is bytes:
+        return PyBytes_GET_SIZE(item) < SHARE_MIN
+    if t is tuple:
+        # Nested lists and dicts are left to pickle, whose memo keeps shared
+        # references (the same list twice) shared.
+        for sub in <tuple>item:
+            if not native_leaf(sub, depth + 1):
+                return False
+        return depth < 8
+    return False
 
 
 cdef int encode_into(Buf* b, object obj) except -1:
@@ -151,6 +219,7 @@ cdef int encode_into(Buf* b, object obj) except -1:
 cdef struct Reader:
     const char* p
     const char* end
+    int no_refs              # loads(): the blob's shares, shared memory and fds were dropped
 
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
@@ -212,8 +281,46 @@ cdef object decode_obj(Reader* r):
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
         return frozenset([decode_obj(r) for i in range(n)])
+    if tag == TAG_LIST:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        return [decode_obj(r) for i in range(n)]
+    if tag == TAG_DICT:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        d = {}
+        for i in range(n):
+            key = decode_obj(r)
+            d[key] = decode_obj(r)
+        return d
     if tag == TAG_CHANNEL:
         return chan_decode_end(r)
+    if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
+                      or tag == TAG_PICKLE_OOB):
+        raise ValueError("aiosubinterp.loads: this value held zero-copy buffers, shared memory "
+                         "or file descriptors, which dumps() does not keep; only a transfer "
+                         "carries them")
+    if tag == TAG_SHARE:
+        rd_need(r, 32)
+        return decode_share(r)
+    if tag == TAG_SHARED_MEM:
+        rd_need(r, 16)
+        return decode_shared_mem(r)
+    if tag == TAG_FD:
+        rd_need(r, 40)
+        return decode_fd(r)
+    if tag == TAG_PICKLE_OOB:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        views = [decode_obj(r) for i in range(n)]
+        n = rd_i64(r)
+        rd_need(r, n)
+        start = r.p
+        r.p += n
+        return _marshal_module.loads(PyBytes_FromStringAndSize(start, n), views)
     n = rd_i64(r)
     rd_need(r, n)
     start = r.p
@@ -235,6 +342,7 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
     cdef Reader r
     r.p = data
     r.end = data + size
+    r.no_refs = 0
     value = decode_obj(&r)
     if r.p != r.end:
         raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
@@ -242,7 +350,11 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
 
 
 def dumps(obj):
-    """Encode obj exactly as it would cross to another interpreter (for tests and benchmarks)."""
+    """Encode obj exactly as it would cross to another interpreter (for tests and benchmarks).
+
+    Shares, shared memory and fds in obj are dropped again at once (the
+    result can be loaded only for values without them).
+    """
     cdef Buf b
     b.data = NULL
     b.size = 0
@@ -250,6 +362,21 @@ def dumps(obj):
     try:
         encode_into(&b, obj)
         return PyBytes_FromStringAndSize(b.data, b.size)
+    finally:
+        if b.size:
+            blob_discard(b.data, b.size)
+        buf_free(&b)
+
+
+def roundtrip(obj):
+    """Encode and decode obj in this interpreter, as a transfer would (tests, benchmarks)."""
+    cdef Buf b
+    b.data = NULL
+    b.size = 0
+    b.cap = 0
+    try:
+        encode_into(&b, obj)
+        return decode_blob(b.data, b.size)
     finally:
         buf_free(&b)
 
@@ -259,4 +386,11 @@ def loads(data):
     cdef bytes raw = data if type(data) is bytes else bytes(data)
     if not raw:
         raise ValueError("aiosubinterp.loads: empty input")
-    return decode_blob(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+    cdef Reader r
+    r.p = PyBytes_AS_STRING(raw)
+    r.end = r.p + PyBytes_GET_SIZE(raw)
+    r.no_refs = 1
+    value = decode_obj(&r)
+    if r.p != r.end:
+        raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+    return value

@@ -9,7 +9,7 @@ from aiosubinterp import _core
 
 STUB = pathlib.Path(_core.__file__).with_name("_core.pyi")
 # Module globals that are implementation details of the import, not API.
-NOT_API = {"_atexit", "_marshal_module"}
+NOT_API = {"_atexit", "_marshal_module", "_sys"}
 
 
 def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
@@ -27,7 +27,10 @@ def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
                 for n in node.body
                 if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.AnnAssign)
                                                       and isinstance(n.target, ast.Name))
-            } - {"__init__"}
+            }
+            # Dunders (buffer protocol, len, context manager) are typing aids:
+            # compared on neither side.
+            members[node.name] = {n for n in members[node.name] if not n.startswith("__")}
     return names, members
 
 
