@@ -140,3 +140,31 @@ def fail_initializer():
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def tagged(i, n):
+    spin(n)
+    return i
+
+
+def produce_tagged(send, k, n):
+    """Send (k, 0) .. (k, n-1), then close this clone."""
+    for s in range(n):
+        send.send_sync((k, s))
+    send.close()
+    return n
+
+
+def swallow_until(fd):
+    """Ignores every interruption until the test writes to fd (a task that will not stop)."""
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            while True:
+                try:
+                    os.read(fd, 1)
+                    return "released"
+                except BlockingIOError:
+                    pass
+        except KeyboardInterrupt:
+            continue
