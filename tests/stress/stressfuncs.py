@@ -168,3 +168,9 @@ def swallow_until(fd):
                     pass
         except KeyboardInterrupt:
             continue
+
+
+def swallow_interrupts_not():
+    """Spins in Python forever (stops when interrupted)."""
+    while True:
+        pass
