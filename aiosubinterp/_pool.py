@@ -119,6 +119,19 @@ def _check_names(preload: object) -> tuple[str, ...]:
 _live: weakref.WeakSet = weakref.WeakSet()
 
 
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's worker threads, and CPython
+    # deleted its subinterpreters: the exit-time sweep must not wait for (or
+    # interrupt) them, or the child hangs 5 s and exits 70. Pools refuse work
+    # in the child (see _check_open).
+    import atexit
+
+    atexit.unregister(_core._shutdown_all)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Engine:
     """Interpreters serving one job queue. Base of InterpreterPool and Interpreter."""
 
@@ -190,6 +203,7 @@ class _Engine:
         self._retired_early: set[int] = set()
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
         self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
+        self._pid = os.getpid()
         _live.add(self)
 
     # -- lifecycle -------------------------------------------------------------
@@ -283,6 +297,11 @@ class _Engine:
         Returns at once; the interpreters are destroyed on a helper thread.
         ``await aclose()`` to wait for that. Idempotent.
         """
+        if self._pid != os.getpid():
+            # A forked child's copy: the interpreters belong to the parent;
+            # joining their threads from here would hang. Just drop it.
+            self._state = "closed"
+            return
         with self._lock:
             state = self._state
             if state in ("closing", "closed"):
@@ -334,6 +353,8 @@ class _Engine:
         """
         loop = _loop.running_loop(f"{type(self).__name__}.aclose()")
         self.close()
+        if self._pid != os.getpid():
+            return
         done = _admin.relay(self._closed, loop)
         try:
             await asyncio.shield(done)
@@ -374,6 +395,12 @@ class _Engine:
     # -- submitting --------------------------------------------------------------
 
     def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise RuntimeError(
+                f"this {self._kind} was created in process {self._pid}, and this is a forked "
+                f"child ({os.getpid()}): its interpreters and threads stayed in the parent. "
+                "Create a new pool in the child, or use the 'spawn' or 'forkserver' start method."
+            )
         state = self._state
         if state in ("closing", "closed"):
             raise PoolClosedError(f"this {self._kind} is closed: create a new one to run more work")
