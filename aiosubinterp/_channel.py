@@ -91,6 +91,24 @@ def _defer_cancel(exc: BaseException) -> None:
         task.cancel(exc.args[0] if exc.args else None)
 
 
+# What encoding an item can raise (pickle's errors among them); MemoryError
+# and our own NotShareableError pass through unchanged.
+_ENCODING_ERRORS = (TypeError, AttributeError, ValueError, RuntimeError, RecursionError,
+                    LookupError, ArithmeticError, OSError)
+
+
+def _unshareable(value: object, exc: BaseException) -> BaseException:
+    from aiosubinterp._errors import NotShareableError
+
+    if isinstance(exc, NotShareableError):
+        return exc
+    return NotShareableError(
+        f"cannot send a {type(value).__name__} through a channel: {type(exc).__name__}: {exc}. "
+        "Items cross by copy (builtin immutables natively, anything else by pickle): send "
+        "plain data or a picklable object."
+    )
+
+
 def send_error(end: object, status: int) -> BaseException:
     if status == _CLOSED:
         return ChannelClosedError(
@@ -217,7 +235,10 @@ class SendChannel(_End):
         send() returns normally and the task's next await raises CancelledError.
         """
         loop, hub = _async_env("SendChannel.send()")
-        op = self._send_begin(value, hub.core)
+        try:
+            op = self._send_begin(value, hub.core)
+        except _ENCODING_ERRORS as exc:
+            raise _unshareable(value, exc) from exc
         if op.__class__ is int:
             if op == _DONE:
                 return
@@ -238,7 +259,10 @@ class SendChannel(_End):
 
     def send_nowait(self, value: object) -> None:
         """Send value if that needs no waiting; else raise WouldBlock (nothing sent)."""
-        status = self._send_nowait(value)
+        try:
+            status = self._send_nowait(value)
+        except _ENCODING_ERRORS as exc:
+            raise _unshareable(value, exc) from exc
         if status != _DONE:
             raise send_error(self, status)
 
@@ -253,7 +277,10 @@ class SendChannel(_End):
         deadline = _deadline(timeout)
         while True:
             # Interrupted: return to bytecode so a task cancellation can fire, then retry.
-            status = self._send_wait(value, deadline)
+            try:
+                status = self._send_wait(value, deadline)
+            except _ENCODING_ERRORS as exc:
+                raise _unshareable(value, exc) from exc
             if status != _INTERRUPTED:
                 break
         if status == _DONE:

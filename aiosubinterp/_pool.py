@@ -418,9 +418,14 @@ class _Engine:
         tid = next(_task_ids)
         try:
             self._queue.submit(tid, kind, payload, hub.core)
-        except RuntimeError:
-            self._check_open()
-            raise
+        except RuntimeError as exc:
+            if self._queue.closed:  # closed between the check above and now
+                self._check_open()
+                raise
+            # Otherwise encoding failed (a __reduce__ that raises RuntimeError).
+            if fn is None:
+                raise NotShareableError(f"cannot send the source text to an interpreter: {exc}") from exc
+            raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
         except (NotShareableError, MemoryError):
             raise
         except Exception as exc:

@@ -163,6 +163,10 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
                 break  # buffers came back: release them (below), then wait again
             if q.head != NULL:
                 job = queue_pop(q)
+                if q.head != NULL:
+                    # Pass the baton: submits skip the wake-up while a worker
+                    # spins, so the taker wakes the next sleeper for the rest.
+                    pthread_cond_signal(&q.cv)
                 w.current_tid = job.tid
                 w.cancel_tid = 0
                 if w.settings_version != q.settings_version and q.settings_data != NULL:

@@ -153,9 +153,9 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
         return 0
     if t is complex:
         buf_tag(b, TAG_COMPLEX)
-        d = (<complex>obj).real
+        d = PyComplex_RealAsDouble(obj)
         buf_put(b, &d, 8)
-        d = (<complex>obj).imag
+        d = PyComplex_ImagAsDouble(obj)
         return buf_put(b, &d, 8)
     if t is list and depth < MAX_NATIVE_DEPTH and native_only(obj, depth):
         buf_tag(b, TAG_LIST)
@@ -265,7 +265,9 @@ cdef object decode_obj(Reader* r):
         return PyFloat_FromDouble(rd_f64(r))
     if tag == TAG_COMPLEX:
         re_part = rd_f64(r)
-        return complex(re_part, rd_f64(r))
+        # Not complex(re, im): Cython computes that as re + im*1j, and
+        # inf*1j is (nan+infj).
+        return PyComplex_FromDoubles(re_part, rd_f64(r))
     if tag == TAG_TUPLE:
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:

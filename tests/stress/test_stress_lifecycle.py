@@ -212,7 +212,9 @@ def test_fork_with_live_interpreters_spares_the_parent(tmp_path):
     """, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] in ("child exit 0", "child exit -6", "child hung"), proc.stdout
+    # CPython itself kills a child forked with live interpreters: abort (-6) on
+    # 3.13.0, a hang or a segfault (-11) on 3.12.1. What we guarantee is the parent.
+    assert lines[0] in ("child exit 0", "child exit -6", "child exit -11", "child hung"), proc.stdout
     assert lines[1:] == ["parent ok"], proc.stdout
 
 
