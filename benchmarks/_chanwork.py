@@ -34,7 +34,7 @@ def chan_consume(recv):
     total = 0
     for x in recv:
         n += 1
-        if type(x) is bytes:
+        if type(x) is bytes or type(x) is memoryview:  # 1 MiB chunks cross zero-copy as views
             total += len(x)
     return n, total
 
@@ -67,7 +67,7 @@ def mpq_consume(q, out):
         if x is None:
             break
         n += 1
-        if type(x) is bytes:
+        if type(x) is bytes or type(x) is memoryview:  # 1 MiB chunks cross zero-copy as views
             total += len(x)
     out.put((n, total))
 
