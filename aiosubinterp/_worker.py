@@ -156,12 +156,12 @@ class Runner:
             if kind == "module":
                 module = importlib.import_module(where)
             else:
-                import importlib.util
+                from importlib import util as import_util
 
-                spec = importlib.util.spec_from_file_location(_marshal.MAIN_ALIAS, where)
+                spec = import_util.spec_from_file_location(_marshal.MAIN_ALIAS, where)
                 if spec is None or spec.loader is None:
                     raise ImportError(f"cannot import {where!r}")
-                module = importlib.util.module_from_spec(spec)
+                module = import_util.module_from_spec(spec)
                 sys.modules[_marshal.MAIN_ALIAS] = module
                 try:
                     spec.loader.exec_module(module)

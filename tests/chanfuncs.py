@@ -55,7 +55,7 @@ def recv_end_and_use(recv_of_ends):
 
 
 def try_errors(send, recv):
-    from aiosubinterp import BrokenChannelError, ChannelClosedError, EndOfChannel, WouldBlock
+    from aiosubinterp import ChannelClosedError, EndOfChannel, WouldBlock
 
     out = []
     try:

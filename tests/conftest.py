@@ -66,3 +66,15 @@ def no_leaks(_warm_up_loops):
         f"threads outlived the test: {_threads()} > {threads}")
     assert _settled(lambda: not (_fds() - fds)), f"fds outlived the test: {_fds() - fds}"
     assert _core.list_interpreter_ids() == [_core.main_interpreter_id()]
+
+
+@pytest.fixture
+def pipe():
+    """A pipe (read fd, write fd), closed after the test (tests may close either end first)."""
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -13,6 +13,7 @@ import pytest
 import workfuncs
 
 import aiosubinterp as asi
+from aiohelpers import read_byte
 from aiosubinterp import _worker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -20,30 +21,6 @@ TESTS = pathlib.Path(__file__).resolve().parent
 
 needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
                                reason="CPython 3.12 aborts at exit after a loop ran in a subinterpreter")
-
-
-async def read_byte(fd: int, timeout: float = 30) -> bytes:
-    """Wait (on the loop, no thread) until fd is readable, then read one byte."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-
-    def ready() -> None:
-        if not fut.done():
-            fut.set_result(os.read(fd, 1))
-
-    loop.add_reader(fd, ready)
-    try:
-        return await asyncio.wait_for(fut, timeout)
-    finally:
-        loop.remove_reader(fd)
-
-
-@pytest.fixture
-def pipe():
-    r, w = os.pipe()
-    yield r, w
-    for fd in (r, w):
-        os.close(fd)
 
 
 @needs_313

@@ -11,17 +11,6 @@ import workfuncs
 import aiosubinterp as asi
 
 
-@pytest.fixture
-def pipe():
-    r, w = os.pipe()
-    yield r, w
-    for fd in (r, w):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
 async def test_cancel_queued_task_withdraws_it(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1) as pool:

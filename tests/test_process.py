@@ -57,6 +57,28 @@ def test_functions_and_classes_of_the_main_script(tmp_path):
     assert proc.stdout.split("\n")[:2] == ["42", "Box 2 True"]
 
 
+def test_functions_of_a_main_module_run_with_dash_m(tmp_path):
+    (tmp_path / "mainmod_xyz.py").write_text(textwrap.dedent("""
+        import asyncio
+        import aiosubinterp as asi
+
+        def double(x):
+            return 2 * x
+
+        async def main():
+            async with asi.InterpreterPool(1) as pool:
+                print(await pool.run(double, 21))
+
+        if __name__ == "__main__":
+            asyncio.run(main())
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.run([sys.executable, "-m", "mainmod_xyz"], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "42"
+
+
 def test_main_script_without_guard_gives_a_clear_error(tmp_path):
     proc = run_script(tmp_path, """
         import aiosubinterp as asi

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
-import subprocess
 import sys
 import threading
-import warnings
 
 import pytest
 import stressfuncs

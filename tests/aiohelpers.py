@@ -1,0 +1,22 @@
+"""Helpers for async tests (loop side only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+
+async def read_byte(fd: int, timeout: float = 30) -> bytes:
+    """Wait (on the loop, no thread) until fd is readable, then read one byte."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(os.read(fd, 1))
+
+    loop.add_reader(fd, ready)
+    try:
+        return await asyncio.wait_for(fut, timeout)
+    finally:
+        loop.remove_reader(fd)
