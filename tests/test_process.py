@@ -267,3 +267,12 @@ def test_public_names_resolve():
     assert set(asi.__all__) <= set(dir(asi))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         asi.nope  # noqa: B018
+
+
+def test_readme_example_runs(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("## Example", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    assert len(example.strip().splitlines()) <= 12
+    proc = run_script(tmp_path, example)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[5133, 5133, 5133, 5133]"
