@@ -28,6 +28,19 @@ def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def threads_back_to(start: int, timeout: float = 10.0) -> bool:
+    """True once no more threads run than at start. Helper threads that close
+    a pool exit just after its awaiter resumes: give them a bounded moment."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while thread_count() > start:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def report(name: str, **figures) -> None:
     """Print figures (see them with -s) and append them to $AIOSUBINTERP_FIGURES if set."""
     line = {"test": name, "python": "%d.%d.%d" % sys.version_info[:3], **figures}

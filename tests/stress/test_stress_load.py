@@ -12,7 +12,7 @@ import time
 
 import pytest
 import stressfuncs
-from stresshelp import fd_count, report, rss, thread_count
+from stresshelp import fd_count, report, rss, thread_count, threads_back_to
 
 import aiosubinterp as asi
 
@@ -68,7 +68,7 @@ def test_200k_tasks_through_a_two_interpreter_pool():
            rss_growth_mib=round(growth / MiB, 2), submitted=stats["submitted"])
     assert growth < 20 * MiB, f"RSS grew by {growth / MiB:.1f} MiB after warm-up"
     assert fd_count() == fds0
-    assert thread_count() <= threads0
+    assert threads_back_to(threads0), f"{thread_count()} threads > {threads0}"
 
 
 def test_a_million_channel_items():
@@ -126,4 +126,4 @@ def test_a_million_channel_items():
            rss_growth_mib=round(growth / MiB, 2))
     assert growth < 20 * MiB, f"RSS grew by {growth / MiB:.1f} MiB after warm-up"
     assert fd_count() == fds0
-    assert thread_count() <= threads0
+    assert threads_back_to(threads0), f"{thread_count()} threads > {threads0}"
