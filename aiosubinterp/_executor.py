@@ -207,34 +207,24 @@ class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
         except Exception:
             _LOGGER.exception("exception calling callback for %r", self)
 
-    def set_result(self, result: Any) -> None:
+    def _finish_fast(self, attr: str, value: object) -> bool:
+        """Store the outcome without a Condition when no thread waits yet; False if one does."""
         with _lazy_lock:
-            if self._cond is None:
-                if self._state in _DONE:
-                    raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
-                self._result = result
-                self._state = _FINISHED
-                fast = True
-            else:
-                fast = False
-        if fast:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
-        else:
+            if self._cond is not None:
+                return False
+            if self._state in _DONE:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            setattr(self, attr, value)
+            self._state = _FINISHED
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
+
+    def set_result(self, result: Any) -> None:
+        if not self._finish_fast("_result", result):
             super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        with _lazy_lock:
-            if self._cond is None:
-                if self._state in _DONE:
-                    raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
-                self._exception = exception
-                self._state = _FINISHED
-                fast = True
-            else:
-                fast = False
-        if fast:
-            self._invoke_callbacks()  # type: ignore[attr-defined]
-        else:
+        if not self._finish_fast("_exception", exception):
             super().set_exception(exception)
 
     def cancel(self) -> bool:
