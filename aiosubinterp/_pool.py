@@ -46,6 +46,10 @@ _BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
 }
 
 
+# Coroutines one interpreter may run at once (each slot is a few bytes; the
+# bound catches a typo such as 10**6 before it allocates).
+_MAX_CONCURRENCY = 10_000
+
 def blocked_modules() -> tuple[str, ...]:
     """C accelerators kept out of workers on this CPython (their pure-Python twins are used)."""
     return _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
@@ -147,6 +151,7 @@ class _Engine:
         max_tasks_per_interpreter: int | None = None,
         cancel_grace: float = 1.0,
         replace_stuck: bool = True,
+        concurrency_per_interpreter: int = 1,
     ) -> None:
         if not _core.is_main_interpreter():
             raise RuntimeError(
@@ -173,6 +178,16 @@ class _Engine:
             )
         if not isinstance(cancel_grace, (int, float)) or cancel_grace < 0:
             raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
+        if (isinstance(concurrency_per_interpreter, bool)
+                or not isinstance(concurrency_per_interpreter, int)
+                or not 1 <= concurrency_per_interpreter <= _MAX_CONCURRENCY):
+            raise ValueError(
+                "concurrency_per_interpreter must be an int from 1 to "
+                f"{_MAX_CONCURRENCY} (coroutines one interpreter runs at once), "
+                f"got {concurrency_per_interpreter!r}"
+            )
+        if concurrency_per_interpreter > 1 and not coroutines_supported():
+            raise RuntimeError(coroutine_refusal("concurrency_per_interpreter > 1"))
         init_payload = None
         if initializer is not None:
             init_payload = _marshal.call_payload(initializer, initargs, {})
@@ -181,6 +196,7 @@ class _Engine:
             except Exception as exc:
                 raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
         self._size = size
+        self._concurrency = concurrency_per_interpreter
         self._preload = names
         self._init_payload = init_payload
         self._max_tasks = max_tasks_per_interpreter or 0
@@ -225,7 +241,8 @@ class _Engine:
 
     def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
         """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
-        worker = _core.Worker(self._queue, self._bootstrap(), self._setup, self._max_tasks)
+        worker = _core.Worker(self._queue, self._bootstrap(), self._setup, self._max_tasks,
+                              self._concurrency)
         try:
             failure = worker.start()
         except BaseException as exc:  # noqa: BLE001
@@ -492,7 +509,7 @@ class _Engine:
         Cancellation: closing or cancelling the iteration cancels every call in flight.
         """
         if window is None:
-            window = max(64, 8 * self._size)
+            window = max(64, 8 * self._size * self._concurrency)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive int, got {window!r}")
         if not callable(fn):
@@ -618,7 +635,11 @@ class _Engine:
         return self._state in ("closing", "closed")
 
     def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, state, busy, queued, submitted, completed, replaced workers.
+        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed, replaced.
+
+        ``busy`` counts interpreters running at least one call, ``running``
+        the calls running (several per interpreter with
+        ``concurrency_per_interpreter`` > 1).
 
         ``completed`` counts calls that ran to their end in a worker (with a
         result, an error, or interrupted by cancellation); withdrawn calls
@@ -626,8 +647,10 @@ class _Engine:
         """
         return {
             "size": self._size,
+            "concurrency": self._concurrency,
             "state": self._state,
             "busy": self._queue.busy(),
+            "running": self._queue.running(),
             "queued": self._queue.qsize(),
             "submitted": self._submitted,
             "completed": self._queue.completed(),
@@ -650,9 +673,15 @@ class InterpreterPool(_Engine):
         max_tasks_per_interpreter: replace an interpreter after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop before its
             interpreter is given up and replaced.
+        concurrency_per_interpreter: how many ``async def`` calls one
+            interpreter runs at once on its event loop (for I/O-bound
+            coroutines; default 1). While an interpreter's loop runs
+            coroutines it also takes plain calls, which then run on that loop's
+            thread between the coroutines' steps. CPython 3.13+.
 
-    Each interpreter runs one task at a time; tasks are taken from one shared
-    queue. Interpreters are created off the event loop, on first use or on
+    Each interpreter runs one task at a time (or up to
+    ``concurrency_per_interpreter`` coroutines); tasks are taken from one
+    shared queue. Interpreters are created off the event loop, on first use or on
     ``await pool.start()`` / ``async with``.
 
     Thread-safety: a pool may be used from several event loops in several
@@ -668,6 +697,7 @@ class InterpreterPool(_Engine):
         initargs: tuple = (),
         max_tasks_per_interpreter: int | None = None,
         cancel_grace: float = 1.0,
+        concurrency_per_interpreter: int = 1,
     ) -> None:
         super().__init__(
             default_size() if size is None else size,
@@ -676,6 +706,7 @@ class InterpreterPool(_Engine):
             initargs=initargs,
             max_tasks_per_interpreter=max_tasks_per_interpreter,
             cancel_grace=cancel_grace,
+            concurrency_per_interpreter=concurrency_per_interpreter,
         )
 
 

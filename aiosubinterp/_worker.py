@@ -108,6 +108,12 @@ class Runner:
     first use and kept for the worker's life. While it runs, cancellation
     arrives as a byte on a wake pipe (ext/worker.pxi routes it there) and is
     turned into ``Task.cancel()`` on the coroutine, so it can clean up.
+
+    With concurrency > 1 such a coroutine opens a *session*: while the
+    worker's loop runs it, the worker takes more jobs from the queue (up to
+    `concurrency` at once), woken through the same pipe when jobs arrive; each
+    finished job is posted at once. The session ends when nothing runs and
+    nothing is queued, and the worker goes back to its C job loop.
     """
 
     def __init__(self, setup: tuple, handle: int = 0) -> None:
@@ -116,6 +122,9 @@ class Runner:
         self._loop = None  # the worker's asyncio loop, made on the first coroutine
         self._wake: tuple[int, int] | None = None  # (read, write) pipe for cancel messages
         self._current = None  # the asyncio.Task of the coroutine job running now
+        self._concurrency = _core._worker_concurrency(handle) if handle else 1
+        self._session: dict[int, object] | None = None  # tid -> asyncio.Task while serving
+        self._session_done = None  # future the loop runs until, while serving
         self._main_ref = main_ref
         self._main_module = None
         self._functions: dict[tuple[str, str], object] = {}
@@ -190,32 +199,35 @@ class Runner:
             self._functions[key] = fn
         return fn
 
-    def run(self, kind: int, payload: object) -> object:
+    def target(self, kind: int, payload: object) -> tuple:
+        """(callable, args, kwargs) for a job."""
         if kind == JOB_CALL:
             module, target, args, kw = payload
             fn = target if module is None else self.resolve(module, target)
-            try:
-                result = fn(*args, **dict(kw)) if kw else fn(*args)
-            except ImportError as exc:
-                refused = refusal_from(exc)
-                if refused is not None:
-                    raise refused from exc
-                raise
-            if type(result) is types.CoroutineType:
-                return self.run_coroutine(result)
-            return result
+            return fn, args, dict(kw) if kw else None
         if kind == JOB_EXEC:
             code = compile(payload, "<aiosubinterp exec>", "exec")
-            exec(code, self._namespace)
-            return None
+            return exec, (code, self._namespace), None
         raise ValueError(f"aiosubinterp: unknown job kind {kind}")
 
-    def run_coroutine(self, coro: types.CoroutineType) -> object:
-        """Run coro on this worker's event loop until it finishes; cancellable from main."""
-        if not coroutines_supported():
-            coro.close()  # never started: no event loop, no asyncio import
-            raise RuntimeError(coroutine_refusal(f"coroutine {coro.__qualname__}()"))
-        # Lazy: asyncio is imported only by workers that run coroutines.
+    def run(self, kind: int, payload: object) -> object:
+        fn, args, kw = self.target(kind, payload)
+        try:
+            result = fn(*args, **kw) if kw else fn(*args)
+        except ImportError as exc:
+            refused = refusal_from(exc)
+            if refused is not None:
+                raise refused from exc
+            raise
+        if type(result) is types.CoroutineType:
+            if self._concurrency > 1:
+                self.serve(result)
+                return None  # posted by the session
+            return self.run_coroutine(result)
+        return result
+
+    def _event_loop(self):
+        """This worker's asyncio loop and wake pipe, made on first use."""
         import asyncio
 
         loop = self._loop
@@ -226,6 +238,100 @@ class Runner:
             os.set_blocking(wfd, False)
             self._loop, self._wake = loop, (rfd, wfd)
             loop.add_reader(rfd, self._on_wake)
+        return loop
+
+    # -- sessions: several coroutine jobs at once (concurrency > 1) ------------
+
+    def serve(self, coro: types.CoroutineType) -> None:
+        """Run coro, the dispatched job, and every job that joins it, until none is left."""
+        if not coroutines_supported():
+            coro.close()
+            raise RuntimeError(coroutine_refusal(f"coroutine {coro.__qualname__}()"))
+        loop = self._event_loop()
+        tid = _core._worker_session_begin(self._handle, self._wake[1])  # type: ignore[index]
+        self._session = {}
+        self._session_done = loop.create_future()
+        try:
+            self._start(tid, coro)
+            self._session_poll()
+            while not self._session_done.done():
+                try:
+                    loop.run_until_complete(self._session_done)
+                except BaseException:  # noqa: BLE001
+                    # A task ended in KeyboardInterrupt or SystemExit, which asyncio
+                    # re-raises out of the loop; its done-callback still reports it.
+                    continue
+        finally:
+            self._session = None
+            self._session_done = None
+            _core._worker_session_end(self._handle, self)
+
+    def _start(self, tid: int, coro: types.CoroutineType) -> None:
+        task = self._loop.create_task(coro)  # type: ignore[union-attr]
+        self._session[tid] = task  # type: ignore[index]
+        task.add_done_callback(lambda t, tid=tid: self._finished(tid, t))
+
+    def _finished(self, tid: int, task) -> None:
+        import asyncio
+
+        session = self._session
+        if session is None or session.pop(tid, None) is None:
+            return
+        if task.cancelled():
+            self._complete(tid, asyncio.CancelledError(), None, True)
+        elif (exc := task.exception()) is not None:
+            self._complete(tid, exc, None, isinstance(exc, KeyboardInterrupt))
+        else:
+            self._complete(tid, None, task.result(), False)
+        self._session_poll()
+
+    def _complete(self, tid: int, failure, value, cancelled: bool) -> None:
+        _core._worker_complete(self._handle, tid, failure, value, cancelled, self)
+
+    def _session_poll(self) -> None:
+        """Cancel what main asked to, take what is queued; end when idle."""
+        session, done = self._session, self._session_done
+        if session is None or done is None or done.done():
+            return
+        for tid in _core._worker_cancels(self._handle):
+            task = session.get(tid)
+            if task is not None:
+                task.cancel()
+        while (item := _core._worker_take(self._handle)) is not None:
+            self._take(*item)
+        if not session:
+            done.set_result(None)
+
+    def _take(self, tid: int, kind: int, ok: bool, payload: object, settings: object) -> None:
+        if settings is not None:
+            self.apply_settings(settings)  # type: ignore[arg-type]
+        if not ok:
+            self._complete(tid, payload, None, False)
+            return
+        try:
+            fn, args, kw = self.target(kind, payload)
+            result = _core._worker_call_guarded(self._handle, tid, fn, args, kw)
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            refused = refusal_from(exc) if isinstance(exc, ImportError) else None
+            if refused is not None:
+                refused.__cause__ = exc
+                exc = refused
+            self._complete(tid, exc, None, isinstance(exc, KeyboardInterrupt))
+            return
+        if type(result) is types.CoroutineType:
+            self._start(tid, result)
+        else:
+            self._complete(tid, None, result, False)
+
+    def run_coroutine(self, coro: types.CoroutineType) -> object:
+        """Run coro on this worker's event loop until it finishes; cancellable from main."""
+        if not coroutines_supported():
+            coro.close()  # never started: no event loop, no asyncio import
+            raise RuntimeError(coroutine_refusal(f"coroutine {coro.__qualname__}()"))
+        # Lazy: asyncio is imported only by workers that run coroutines.
+        import asyncio
+
+        loop = self._event_loop()
         if not self._handle:
             coro.close()
             raise RuntimeError("aiosubinterp: Runner.run_coroutine() needs a worker handle")
@@ -255,6 +361,9 @@ class Runner:
             os.read(self._wake[0], 4096)  # type: ignore[index]
         except BlockingIOError:
             pass
+        if self._session is not None:
+            self._session_poll()
+            return
         task = self._current
         # A byte can be stale (written just after the previous job ended): ask.
         if task is not None and _core._worker_cancel_requested(self._handle):

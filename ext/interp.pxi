@@ -71,9 +71,7 @@ cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
     # GIL: none -> sub (waits up to one switch interval for the worker to yield)
     PyEval_RestoreThread(ts)
     pthread_mutex_lock(&w.q.mu)
-    if w.current_tid == tid and not w.exited:
-        w.cancel_tid = tid
-        hit = True
+    hit = worker_claim_sync_interrupt(w, tid)
     pthread_mutex_unlock(&w.q.mu)
     if hit:
         # Holding the sub GIL, the worker cannot be between "task done" and

@@ -52,6 +52,7 @@ cdef struct JobQueue:
     Py_ssize_t length
     int closed
     int spinning               # an idle worker is polling head (at most one)
+    int sessions               # workers serving a coroutine session (wait on a wake fd)
     double spin_seconds        # how long an idle worker polls before it sleeps
     int refs                   # the Queue object plus one per worker
     WorkerState* workers       # attached workers (for cancel lookups)

@@ -6,6 +6,11 @@ cdef enum:
     W_READY = 2
     W_FAILED = 3
 
+cdef enum:
+    SLOT_CANCEL = 1           # cancellation asked, not yet reported to the worker
+    SLOT_CANCEL_SEEN = 2      # reported (the worker cancelled its asyncio task)
+    SLOT_SYNC = 4             # the job runs synchronously now: cancel by injection
+
 
 cdef struct WorkerState:
     WorkerState* next_in_queue
@@ -31,6 +36,13 @@ cdef struct WorkerState:
                               # event loop: cancel by writing here, not by injecting
                               # KeyboardInterrupt (it would land in the loop's own
                               # code, and a loop blocked in epoll would not see it)
+    int concurrency           # jobs at once: > 1 lets a coroutine session take more
+    Job* current_job          # the job the C loop dispatched, until it is posted
+    int in_session            # the job loop is inside the worker's event loop, serving
+                              # several coroutine jobs (concurrency > 1); under q.mu
+    int slots_used
+    Job** slots               # concurrency entries: jobs of the session; under q.mu
+    char* slot_flags          # per slot: SLOT_* bits; under q.mu
     long max_tasks
     long done_tasks
     uint64_t settings_version
@@ -48,6 +60,8 @@ cdef struct WorkerState:
 
 
 cdef void worker_free(WorkerState* w) noexcept nogil:
+    free(w.slots)
+    free(w.slot_flags)
     free(w.bootstrap)
     free(w.setup_data)
     free(w.error_data)
@@ -138,6 +152,7 @@ cdef void* worker_thread_main(void* arg) noexcept nogil:
             failure = NULL
     w.exited = 1
     w.current_tid = 0
+    w.current_job = NULL
     pthread_cond_broadcast(&w.q.state_cv)
     if w.q.head != NULL:
         # Pass on a job wakeup this worker may have consumed but will not serve.
@@ -168,6 +183,7 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
                     # spins, so the taker wakes the next sleeper for the rest.
                     pthread_cond_signal(&q.cv)
                 w.current_tid = job.tid
+                w.current_job = job
                 w.cancel_tid = 0
                 if w.settings_version != q.settings_version and q.settings_data != NULL:
                     settings[0] = c_strdup(q.settings_data, q.settings_size)
@@ -205,6 +221,8 @@ cdef bint worker_finish_running(WorkerState* w) noexcept:
     hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
     w.current_tid = 0
     w.cancel_tid = 0
+    if hit:
+        pthread_cond_broadcast(&w.q.state_cv)  # an interrupter may wait in wait_idle()
     pthread_mutex_unlock(&w.q.mu)
     if hit:
         # Drop an injected exception that has not fired yet (the task ended in C code).
@@ -219,28 +237,73 @@ cdef void worker_set_state(WorkerState* w, int state) noexcept:
     pthread_mutex_unlock(&w.q.mu)
 
 
-cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
+cdef int worker_slot_of(WorkerState* w, uint64_t tid) noexcept nogil:
+    """Index of session job tid in w.slots, or -1. Caller holds q.mu."""
+    cdef int i
+    if not w.in_session:
+        return -1
+    for i in range(w.concurrency):
+        if w.slots[i] != NULL and w.slots[i].tid == tid:
+            return i
+    return -1
+
+
+cdef bint worker_runs(WorkerState* w, uint64_t tid) noexcept nogil:
+    """Whether w runs job tid now (dispatched or in a session). Caller holds q.mu."""
+    return tid != 0 and (w.current_tid == tid or worker_slot_of(w, tid) >= 0)
+
+
+cdef uint64_t worker_any_tid(WorkerState* w) noexcept nogil:
+    """A job w runs now (the dispatched one first), or 0. Caller holds q.mu."""
+    cdef int i
+    if w.current_tid != 0:
+        return w.current_tid
+    if w.in_session:
+        for i in range(w.concurrency):
+            if w.slots[i] != NULL:
+                return w.slots[i].tid
+    return 0
+
+
+cdef void worker_poke(WorkerState* w) noexcept nogil:
+    """Wake the worker's event loop if it waits in one. Caller holds q.mu."""
+    cdef char one = 1
+    if w.wake_fd >= 0:
+        # Non-blocking pipe: a full pipe already holds a wakeup.
+        write(w.wake_fd, &one, 1)
+
+
+cdef void queue_wake_session(JobQueue* q, WorkerState* skip) noexcept nogil:
+    """A job is queued: wake one worker serving a coroutine session with room
+    for it (it waits in its event loop, not on q.cv). Caller holds q.mu."""
+    cdef WorkerState* w
+    if q.sessions == 0:
+        return
+    w = q.workers
+    while w != NULL:
+        if (w != skip and w.in_session and not w.stop
+                and w.slots_used < w.concurrency and w.wake_fd >= 0):
+            worker_poke(w)
+            return
+        w = w.next_in_queue
+
+
+cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
+                     object failure, object value) except -1:
+    """Encode the outcome of job (this interpreter's objects), post it to its hub, free job.
+
+    status: DONE_OK (value), DONE_ERROR (failure) or DONE_CANCELLED. Caller
+    holds the sub GIL and no longer lists job as running.
+    """
     cdef Buf out
-    cdef int status = DONE_OK
     cdef int flags = 0
-    cdef bint hit
     out.data = NULL
     out.size = 0
     out.cap = 0
-    failure = None
-    value = None
     try:
-        value = runner.run(job.kind, decode_blob(job.data, job.size))
-    except BaseException as exc:
-        failure = exc
-    hit = worker_finish_running(w)
-    try:
-        if hit and isinstance(failure, KeyboardInterrupt):
-            status = DONE_CANCELLED
-        elif failure is not None:
-            status = DONE_ERROR
+        if status == DONE_ERROR:
             encode_into(&out, runner.describe(failure))
-        else:
+        elif status == DONE_OK:
             try:
                 encode_into(&out, value)
             except BaseException as exc:
@@ -271,19 +334,266 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
     return 0
 
 
+cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
+    cdef int status = DONE_OK
+    cdef bint hit
+    cdef bint taken
+    failure = None
+    value = None
+    try:
+        value = runner.run(job.kind, decode_blob(job.data, job.size))
+    except BaseException as exc:
+        failure = exc
+    pthread_mutex_lock(&w.q.mu)
+    taken = w.current_job == NULL  # a coroutine session took it and posted it
+    w.current_job = NULL
+    pthread_mutex_unlock(&w.q.mu)
+    if taken:
+        if failure is not None:
+            # The session machinery failed; its jobs were completed with an
+            # error by _worker_session_end. Say so, and keep serving.
+            import traceback
+            traceback.print_exception(failure)
+        return 0
+    hit = worker_finish_running(w)
+    if hit and isinstance(failure, KeyboardInterrupt):
+        status = DONE_CANCELLED
+    elif failure is not None:
+        status = DONE_ERROR
+    return worker_post(w, runner, job, status, failure, value)
+
+
 cdef bint worker_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
     """Interrupt task tid on w: a cancel message to its event loop if it runs a
     coroutine, else KeyboardInterrupt injected. Caller holds no GIL and pinned w (w.ops)."""
-    cdef char one = 1
+    cdef int i
     pthread_mutex_lock(&w.q.mu)
-    if w.wake_fd >= 0 and w.current_tid == tid and not w.exited:
+    if w.exited:
+        pthread_mutex_unlock(&w.q.mu)
+        return False
+    i = worker_slot_of(w, tid)
+    if i >= 0 and not (w.slot_flags[i] & SLOT_SYNC):
+        w.slot_flags[i] |= SLOT_CANCEL
+        worker_poke(w)
+        pthread_mutex_unlock(&w.q.mu)
+        return True
+    if i < 0 and w.wake_fd >= 0 and w.current_tid == tid:
         w.cancel_tid = tid
-        # Non-blocking pipe: a full pipe already holds a wakeup.
-        write(w.wake_fd, &one, 1)
+        worker_poke(w)
         pthread_mutex_unlock(&w.q.mu)
         return True
     pthread_mutex_unlock(&w.q.mu)
     return interp_interrupt(w, tid)
+
+
+cdef bint worker_claim_sync_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
+    """Whether tid runs as plain Python code on w now, so that KeyboardInterrupt
+    may be injected; records the request. Caller holds q.mu and the sub GIL."""
+    cdef int i
+    if w.exited:
+        return False
+    if w.in_session:
+        i = worker_slot_of(w, tid)
+        if i >= 0 and (w.slot_flags[i] & SLOT_SYNC):
+            w.slot_flags[i] |= SLOT_CANCEL
+            return True
+        return False
+    if w.current_tid == tid:
+        w.cancel_tid = tid
+        return True
+    return False
+
+
+def _worker_concurrency(Py_ssize_t handle):
+    """Worker side: how many jobs this worker may run at once."""
+    return (<WorkerState*>handle).concurrency
+
+
+def _worker_session_begin(Py_ssize_t handle, int fd):
+    """Worker side: the dispatched job started a coroutine; from now on this
+    worker's event loop serves up to `concurrency` jobs, woken through fd
+    (new jobs, cancellations, stop). The dispatched job becomes the session's
+    first; returns its task id."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef Job* job
+    cdef bint hit
+    pthread_mutex_lock(&w.q.mu)
+    job = w.current_job
+    if job == NULL or w.in_session:
+        pthread_mutex_unlock(&w.q.mu)
+        raise RuntimeError("aiosubinterp: no dispatched job to start a session with")
+    hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
+    w.current_job = NULL
+    w.current_tid = 0
+    w.cancel_tid = 0
+    memset(w.slot_flags, 0, w.concurrency)
+    w.slots[0] = job
+    w.slot_flags[0] = SLOT_CANCEL if hit else 0
+    w.slots_used = 1
+    w.in_session = 1
+    w.wake_fd = fd
+    w.q.sessions += 1
+    if hit:
+        worker_poke(w)
+    pthread_mutex_unlock(&w.q.mu)
+    if hit:
+        # The cancel is now a flag the loop will see; drop the injected
+        # exception before it fires in the loop's own code.
+        PyThreadState_SetAsyncExc(w.ident, NULL)
+    return job.tid
+
+
+def _worker_take(Py_ssize_t handle):
+    """Worker side, in a session: the next queued job if there is room for it.
+
+    Returns None, or (tid, kind, ok, payload_or_error, settings_or_None).
+    The job stays this worker's until _worker_complete(tid).
+    """
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef JobQueue* q = w.q
+    cdef Job* job = NULL
+    cdef char* settings = NULL
+    cdef Py_ssize_t settings_size = 0
+    cdef int i
+    if w.share_owner != NULL:
+        share_drain(<ShareOwner*>w.share_owner)
+    pthread_mutex_lock(&q.mu)
+    if (w.in_session and not w.stop and w.slots_used < w.concurrency
+            and q.head != NULL):
+        job = queue_pop(q)
+        for i in range(w.concurrency):
+            if w.slots[i] == NULL:
+                w.slots[i] = job
+                w.slot_flags[i] = 0
+                break
+        w.slots_used += 1
+        if q.head != NULL:
+            # More work: a sleeping worker or another session may take it.
+            pthread_cond_signal(&q.cv)
+            queue_wake_session(q, w)
+        if w.settings_version != q.settings_version and q.settings_data != NULL:
+            settings = c_strdup(q.settings_data, q.settings_size)
+            if settings != NULL:
+                settings_size = q.settings_size
+                w.settings_version = q.settings_version
+    pthread_mutex_unlock(&q.mu)
+    if job == NULL:
+        return None
+    new_settings = None
+    if settings != NULL:
+        try:
+            new_settings = decode_blob(settings, settings_size)
+        finally:
+            free(settings)
+    try:
+        payload = decode_blob(job.data, job.size)
+    except BaseException as exc:
+        return (job.tid, job.kind, False, exc, new_settings)
+    return (job.tid, job.kind, True, payload, new_settings)
+
+
+def _worker_call_guarded(Py_ssize_t handle, uint64_t tid, fn, args, kwargs):
+    """Worker side, in a session: fn(*args, **kwargs) for job tid. While it
+    runs, cancelling tid injects KeyboardInterrupt (as outside sessions)."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef int i
+    cdef bint asked
+    cdef bint hit
+    pthread_mutex_lock(&w.q.mu)
+    i = worker_slot_of(w, tid)
+    asked = i >= 0 and (w.slot_flags[i] & (SLOT_CANCEL | SLOT_CANCEL_SEEN)) != 0
+    if i >= 0:
+        w.slot_flags[i] |= SLOT_SYNC
+    pthread_mutex_unlock(&w.q.mu)
+    if i < 0:
+        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+    try:
+        if asked:
+            raise KeyboardInterrupt  # cancelled before it started
+        return fn(*args, **kwargs) if kwargs else fn(*args)
+    finally:
+        # C code from the call's return to here: an injected exception that
+        # has not fired yet is dropped below, never raised in the loop's code.
+        pthread_mutex_lock(&w.q.mu)
+        hit = (w.slot_flags[i] & SLOT_CANCEL) != 0
+        w.slot_flags[i] &= ~SLOT_SYNC
+        if hit:
+            w.slot_flags[i] = (w.slot_flags[i] & ~SLOT_CANCEL) | SLOT_CANCEL_SEEN
+        pthread_mutex_unlock(&w.q.mu)
+        if hit:
+            PyThreadState_SetAsyncExc(w.ident, NULL)
+
+
+def _worker_cancels(Py_ssize_t handle):
+    """Worker side, in a session: task ids asked to cancel since the last call."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef int i
+    out = []
+    pthread_mutex_lock(&w.q.mu)
+    if w.in_session:
+        for i in range(w.concurrency):
+            if w.slots[i] != NULL and (w.slot_flags[i] & SLOT_CANCEL) and not (w.slot_flags[i] & SLOT_SYNC):
+                w.slot_flags[i] = (w.slot_flags[i] & ~SLOT_CANCEL) | SLOT_CANCEL_SEEN
+                out.append(w.slots[i].tid)
+    pthread_mutex_unlock(&w.q.mu)
+    return out
+
+
+def _worker_complete(Py_ssize_t handle, uint64_t tid, failure, value, bint cancelled, runner):
+    """Worker side, in a session: post job tid's outcome and free its slot.
+
+    cancelled: the job ended by KeyboardInterrupt or CancelledError; it is
+    reported as cancelled if the caller asked for that, else as an error.
+    """
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef int i
+    cdef int status
+    cdef Job* job = NULL
+    cdef bint asked = False
+    pthread_mutex_lock(&w.q.mu)
+    i = worker_slot_of(w, tid)
+    if i >= 0:
+        job = w.slots[i]
+        asked = (w.slot_flags[i] & (SLOT_CANCEL | SLOT_CANCEL_SEEN)) != 0
+        w.slots[i] = NULL
+        w.slot_flags[i] = 0
+        w.slots_used -= 1
+        if asked:
+            pthread_cond_broadcast(&w.q.state_cv)  # an interrupter may wait in wait_idle()
+    pthread_mutex_unlock(&w.q.mu)
+    if job == NULL:
+        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+    if failure is None:
+        status = DONE_OK
+    elif cancelled and asked:
+        status = DONE_CANCELLED
+    else:
+        status = DONE_ERROR
+    worker_post(w, runner, job, status, failure, value)
+
+
+def _worker_session_end(Py_ssize_t handle, runner):
+    """Worker side: leave the session (back to the C job loop). A job still
+    listed (the session failed) is completed with an error, never lost."""
+    cdef WorkerState* w = <WorkerState*>handle
+    cdef int i
+    cdef list left = []
+    pthread_mutex_lock(&w.q.mu)
+    if w.in_session:
+        for i in range(w.concurrency):
+            if w.slots[i] != NULL:
+                left.append(<Py_ssize_t>w.slots[i])
+                w.slots[i] = NULL
+                w.slot_flags[i] = 0
+        w.slots_used = 0
+        w.in_session = 0
+        w.q.sessions -= 1
+        pthread_cond_broadcast(&w.q.state_cv)
+    w.wake_fd = -1
+    pthread_mutex_unlock(&w.q.mu)
+    for addr in left:
+        worker_post(w, runner, <Job*><Py_ssize_t>addr, DONE_ERROR, RuntimeError(
+            "the worker's event loop stopped before this task finished"), None)
 
 
 def _worker_set_wake(Py_ssize_t handle, int fd):
@@ -433,6 +743,7 @@ cdef class Queue:
         queue_push(self.q, job)
         if not self.q.spinning:  # a spinning worker re-checks under the lock: no wake needed
             pthread_cond_signal(&self.q.cv)
+        queue_wake_session(self.q, NULL)
         pthread_mutex_unlock(&self.q.mu)
 
     def cancel(self, uint64_t tid):
@@ -452,7 +763,7 @@ cdef class Queue:
         else:
             w = self.q.workers
             while w != NULL:
-                if w.current_tid == tid:
+                if worker_runs(w, tid):
                     code = CANCEL_RUNNING
                     serial = w.serial
                     break
@@ -543,8 +854,23 @@ cdef class Queue:
         pthread_mutex_lock(&self.q.mu)
         w = self.q.workers
         while w != NULL:
+            if w.current_tid != 0 or (w.in_session and w.slots_used > 0):
+                n += 1
+            w = w.next_in_queue
+        pthread_mutex_unlock(&self.q.mu)
+        return n
+
+    def running(self):
+        """Number of jobs running now (a worker with concurrency > 1 may run several)."""
+        cdef int n = 0
+        cdef WorkerState* w
+        pthread_mutex_lock(&self.q.mu)
+        w = self.q.workers
+        while w != NULL:
             if w.current_tid != 0:
                 n += 1
+            elif w.in_session:
+                n += w.slots_used
             w = w.next_in_queue
         pthread_mutex_unlock(&self.q.mu)
         return n
@@ -566,12 +892,24 @@ cdef class Worker:
     cdef WorkerState* w
     cdef readonly Queue queue
 
-    def __cinit__(self, Queue queue not None, str bootstrap not None, setup, long max_tasks=0):
+    def __cinit__(self, Queue queue not None, str bootstrap not None, setup, long max_tasks=0,
+                  int concurrency=1):
         cdef Buf b
         cdef bytes boot = bootstrap.encode("utf-8")
-        cdef WorkerState* w = <WorkerState*>calloc(1, sizeof(WorkerState))
+        cdef WorkerState* w
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        w = <WorkerState*>calloc(1, sizeof(WorkerState))
         if w == NULL:
             raise MemoryError()
+        w.slots = <Job**>calloc(concurrency, sizeof(Job*))
+        w.slot_flags = <char*>calloc(concurrency, 1)
+        if w.slots == NULL or w.slot_flags == NULL:
+            free(w.slots)
+            free(w.slot_flags)
+            free(w)
+            raise MemoryError()
+        w.concurrency = concurrency
         b.data = NULL
         b.size = 0
         b.cap = 0
@@ -579,6 +917,8 @@ cdef class Worker:
             encode_into(&b, setup)
         except BaseException:
             buf_free(&b)
+            free(w.slots)
+            free(w.slot_flags)
             free(w)
             raise
         w.setup_data = b.data
@@ -685,6 +1025,7 @@ cdef class Worker:
         pthread_mutex_lock(&w.q.mu)
         w.stop = 1
         pthread_cond_broadcast(&w.q.cv)
+        worker_poke(w)
         pthread_mutex_unlock(&w.q.mu)
 
     def interrupt(self, uint64_t tid):
@@ -696,7 +1037,7 @@ cdef class Worker:
         cdef WorkerState* w = self.w
         cdef bint hit = False
         pthread_mutex_lock(&w.q.mu)
-        if w.closing or w.exited or w.state != W_READY or w.current_tid != tid:
+        if w.closing or w.exited or w.state != W_READY or not worker_runs(w, tid):
             pthread_mutex_unlock(&w.q.mu)
             return False
         w.ops += 1
@@ -719,10 +1060,10 @@ cdef class Worker:
         # GIL: main -> none
         with nogil:
             pthread_mutex_lock(&w.q.mu)
-            while w.current_tid == tid and not w.exited:
+            while worker_runs(w, tid) and not w.exited:
                 if asi_cond_wait_until(&w.q.state_cv, &w.q.mu, deadline) == ETIMEDOUT:
                     break
-            done = w.current_tid != tid or w.exited
+            done = not worker_runs(w, tid) or w.exited
             pthread_mutex_unlock(&w.q.mu)
         # GIL: none -> main
         return done
@@ -756,8 +1097,16 @@ cdef class Worker:
 
     @property
     def current_task(self):
-        """Id of the job it runs now, or 0 when idle."""
-        return self.w.current_tid
+        """Id of the job it runs now (the first of several in a session), or 0 when idle."""
+        cdef uint64_t tid
+        pthread_mutex_lock(&self.w.q.mu)
+        tid = worker_any_tid(self.w)
+        pthread_mutex_unlock(&self.w.q.mu)
+        return tid
+
+    @property
+    def concurrency(self):
+        return self.w.concurrency
 
     @property
     def done_tasks(self):
@@ -805,6 +1154,7 @@ cdef void worker_close(WorkerState* w, bint drain) noexcept:
             if not (drain and w.q.closed):
                 w.stop = 1
             pthread_cond_broadcast(&w.q.cv)
+            worker_poke(w)
         else:
             while not w.closed:
                 pthread_cond_wait(&w.q.state_cv, &w.q.mu)
@@ -839,6 +1189,7 @@ def _shutdown_all(double grace=5.0):
     cdef WorkerState* w
     cdef list states = []
     cdef Py_ssize_t i
+    cdef int j
     cdef uint64_t tid
     cdef bint ok
     cdef int orphan
@@ -863,24 +1214,34 @@ def _shutdown_all(double grace=5.0):
         w.q.closed = 1
         w.stop = 1
         pthread_cond_broadcast(&w.q.cv)
+        worker_poke(w)
         pthread_mutex_unlock(&w.q.mu)
     for i in range(len(states)):
         w = <WorkerState*><Py_ssize_t>states[i]
         if worker_wait_exited(w, 0.05):
             continue
+        tids = []
         pthread_mutex_lock(&w.q.mu)
-        tid = w.current_tid
-        ok = not (w.closing or w.exited or w.state != W_READY or tid == 0)
+        ok = not (w.closing or w.exited or w.state != W_READY)
+        if ok:
+            if w.current_tid != 0:
+                tids.append(w.current_tid)
+            if w.in_session:
+                for j in range(w.concurrency):
+                    if w.slots[j] != NULL:
+                        tids.append(w.slots[j].tid)
+            ok = len(tids) > 0
         if ok:
             w.ops += 1
         pthread_mutex_unlock(&w.q.mu)
         if ok:
-            with nogil:  # GIL: main -> none -> main
-                worker_interrupt(w, tid)
-                pthread_mutex_lock(&w.q.mu)
-                w.ops -= 1
-                pthread_cond_broadcast(&w.q.state_cv)
-                pthread_mutex_unlock(&w.q.mu)
+            for tid in tids:
+                with nogil:  # GIL: main -> none -> main
+                    worker_interrupt(w, tid)
+            pthread_mutex_lock(&w.q.mu)
+            w.ops -= 1
+            pthread_cond_broadcast(&w.q.state_cv)
+            pthread_mutex_unlock(&w.q.mu)
     for i in range(len(states)):
         w = <WorkerState*><Py_ssize_t>states[i]
         if not worker_wait_exited(w, grace):

@@ -254,3 +254,59 @@ async def async_wait_forever(wfd):
 
 def returns_coroutine(a, b):
     return async_add(a, b)
+
+
+_probe_active: dict[str, int] = {}
+_probe_peak: dict[str, int] = {}
+
+
+async def async_probe(key, hold):
+    """Count how many probes with this key run at once in this interpreter; return the peak."""
+    import asyncio
+
+    _probe_active[key] = _probe_active.get(key, 0) + 1
+    _probe_peak[key] = max(_probe_peak.get(key, 0), _probe_active[key])
+    try:
+        await asyncio.sleep(hold)
+    finally:
+        _probe_active[key] -= 1
+    return _probe_peak[key], interp_id()
+
+
+async def async_rendezvous(key, n, limit=20.0):
+    """Wait until n coroutines with this key are inside at once (they must run together)."""
+    import asyncio
+    import time
+
+    _probe_active[key] = _probe_active.get(key, 0) + 1
+    deadline = time.monotonic() + limit
+    while _probe_active[key] < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {_probe_active[key]} of {n} arrived")
+        await asyncio.sleep(0.001)
+    return interp_id()
+
+
+async def async_sleep_add(a, b, delay):
+    import asyncio
+
+    await asyncio.sleep(delay)
+    return a + b
+
+
+def signal_then_spin(wfd):
+    """Write b"s", then spin in bytecode until interrupted; write b"k" on the way out."""
+    os.write(wfd, b"s")
+    try:
+        while True:
+            pass
+    except KeyboardInterrupt:
+        os.write(wfd, b"k")
+        raise
+
+
+async def async_raise_exit(code):
+    import asyncio
+
+    await asyncio.sleep(0)
+    raise SystemExit(code)
