@@ -6,6 +6,10 @@ a worker can overlap its own waits with ``asyncio.gather`` while the main
 loop (asyncio or uvloop) keeps serving. Cancelling the awaiting task
 cancels the coroutine inside the worker: its ``finally`` blocks run there.
 
+With ``concurrency_per_interpreter=N`` one interpreter runs up to N such
+coroutines at once on its loop (aiomultiprocess calls this childconcurrency):
+I/O-heavy calls overlap inside each interpreter, not only across them.
+
 Needs CPython 3.13+: 3.12 aborts at exit once a loop ran in a subinterpreter,
 so the pool refuses coroutines there with a clear RuntimeError.
 
@@ -61,6 +65,14 @@ async def main() -> None:
         except TimeoutError:
             print("timed out; the worker is free again:", await pool.run(crawl, 9, 1))
         send.close()
+    # Twenty I/O-bound calls on one interpreter running ten at a time.
+    async with aiosubinterp.InterpreterPool(1, concurrency_per_interpreter=10) as pool:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        pages = await asyncio.gather(*(pool.run(fetch_page, 0, p) for p in range(20)))
+        elapsed = loop.time() - start
+        print(f"{len(pages)} calls on one interpreter, 10 at a time: {elapsed * 1000:.0f} ms "
+              f"(one at a time would take at least {20 * 10} ms)")
 
 
 if __name__ == "__main__":

@@ -138,5 +138,6 @@ def test_example_async_in_worker():
     if _worker.coroutines_supported():
         assert "fetched 12 pages" in proc.stdout
         assert "slow job cancelled in the worker" in proc.stdout
+        assert "20 calls on one interpreter, 10 at a time" in proc.stdout
     else:
         assert "needs CPython 3.13" in proc.stdout
