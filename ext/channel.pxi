@@ -28,11 +28,13 @@
 #
 # Handles: each open end (a ChannelEnd object, or an end encoded in a blob
 # on its way to another interpreter) counts as one sender or receiver and
-# holds one reference on the channel. Known limitation: a blob that is freed
-# without being decoded (a job withdrawn before it ran, an item left in a
-# channel whose receivers are all gone, an encoding that failed half-way)
-# keeps the counts of the ends it carried: such a channel never ends.
-# (Shares, shared memory and fds in such blobs are dropped: blob_discard.)
+# holds one reference on the channel. A blob that is freed without being
+# decoded (a job withdrawn before it ran, an item left in a channel whose
+# receivers are all gone, an encoding that failed half-way) closes the ends it
+# carried: blob_discard queues them as orphans (it may run with asi_chan_mu
+# held, inside chan_free_items), and chan_unlock() closes queued orphans each
+# time asi_chan_mu is released. Known limitation: an end inside a pickled
+# object (not natively encoded) of such a blob keeps its count.
 
 cdef extern from *:
     """
@@ -43,12 +45,17 @@ cdef extern from *:
     static unsigned long asi_chan_rotor = 0;
     /* Blocking ops currently waiting (a ChanOp* list), for interruptions. */
     static void *asi_chan_sync_head = NULL;
+    /* Ends of discarded blobs, to close once asi_chan_mu is free (an OrphanEnd* list). */
+    static pthread_mutex_t asi_orphan_mu = PTHREAD_MUTEX_INITIALIZER;
+    static void *asi_orphan_head = NULL;
     """
     pthread_mutex_t asi_chan_mu
     uint64_t asi_chan_tokens
     uint64_t asi_chan_ids
     unsigned long asi_chan_rotor
     void* asi_chan_sync_head
+    pthread_mutex_t asi_orphan_mu
+    void* asi_orphan_head
 
 
 cdef enum:
@@ -128,6 +135,55 @@ cdef struct ChanOp:
 # -- item blobs ------------------------------------------------------------------
 
 
+cdef struct OrphanEnd:
+    OrphanEnd* next
+    ChanState* chan
+    int kind
+
+
+cdef void chan_orphan_end(int64_t p, int64_t kind) noexcept nogil:
+    """A discarded blob carried this end: close it at the next chan_unlock(). Any lock."""
+    global asi_orphan_head
+    cdef OrphanEnd* o = <OrphanEnd*>malloc(sizeof(OrphanEnd))
+    if o == NULL or p == 0 or (kind != CH_SEND and kind != CH_RECV):
+        free(o)
+        return  # out of memory or corrupt: the count stays (the old behaviour)
+    o.chan = <ChanState*><Py_ssize_t>p
+    o.kind = <int>kind
+    pthread_mutex_lock(&asi_orphan_mu)
+    o.next = <OrphanEnd*>asi_orphan_head
+    asi_orphan_head = <void*>o
+    pthread_mutex_unlock(&asi_orphan_mu)
+
+
+cdef void chan_unlock() noexcept nogil:
+    """Release asi_chan_mu, then close the ends of discarded blobs (which may discard more)."""
+    global asi_orphan_head
+    cdef OrphanEnd* o
+    cdef OrphanEnd* nxt
+    pthread_mutex_unlock(&asi_chan_mu)
+    while asi_load_ptr(&asi_orphan_head) != NULL:
+        pthread_mutex_lock(&asi_orphan_mu)
+        o = <OrphanEnd*>asi_orphan_head
+        asi_orphan_head = NULL
+        pthread_mutex_unlock(&asi_orphan_mu)
+        pthread_mutex_lock(&asi_chan_mu)
+        while o != NULL:
+            nxt = o.next
+            chan_close_handle(o.chan, o.kind)
+            chan_unref(o.chan)
+            free(o)
+            o = nxt
+        pthread_mutex_unlock(&asi_chan_mu)
+
+
+cdef void chan_release_orphans() noexcept nogil:
+    """Close the ends of blobs discarded outside the channel lock. Caller holds no channel lock."""
+    if asi_load_ptr(&asi_orphan_head) != NULL:
+        pthread_mutex_lock(&asi_chan_mu)
+        chan_unlock()
+
+
 cdef ChanItem* item_encode(object obj) except NULL:
     cdef Buf b
     cdef ChanItem* item
@@ -146,6 +202,7 @@ cdef ChanItem* item_encode(object obj) except NULL:
     except BaseException:
         if b.size > <Py_ssize_t>sizeof(ChanItem):  # drop the shares and fds encoded so far
             blob_discard(b.data + sizeof(ChanItem), b.size - <Py_ssize_t>sizeof(ChanItem))
+            chan_release_orphans()
         buf_free(&b)
         raise
     item = <ChanItem*>b.data
@@ -437,7 +494,7 @@ cdef void chan_interrupt_thread(unsigned long ident) noexcept nogil:
             op.interrupted = 1
             pthread_cond_signal(&op.cv)
         op = op.sync_next
-    pthread_mutex_unlock(&asi_chan_mu)
+    chan_unlock()
 
 
 # -- ops ---------------------------------------------------------------------------------
@@ -514,7 +571,7 @@ cdef void op_free(ChanOp* op) noexcept nogil:
         if op.links[i].chan != NULL:
             chan_unref(op.links[i].chan)
             op.links[i].chan = NULL
-    pthread_mutex_unlock(&asi_chan_mu)
+    chan_unlock()
     free(item)
     if h != NULL:
         hub_decref(h)
@@ -545,7 +602,7 @@ cdef int op_wait_blocking(ChanOp* op, double deadline) noexcept nogil:
         st = CH_INTERRUPTED if op.interrupted else CH_TIMEOUT
     else:
         st = op.status
-    pthread_mutex_unlock(&asi_chan_mu)
+    chan_unlock()
     return st
 
 
@@ -577,7 +634,7 @@ cdef class ChannelOp:
         cdef int st
         pthread_mutex_lock(&asi_chan_mu)
         st = self.op.status if self.op.state == OPS_DONE else 0
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return st
 
     def _deliver(self, int status, value):
@@ -593,7 +650,7 @@ cdef class ChannelOp:
             op_withdraw(self.op)
             self.op.state = OPS_CANCELLED
             withdrawn = True
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return withdrawn
 
     def take(self):
@@ -607,7 +664,7 @@ cdef class ChannelOp:
             self.op.item = NULL
         st = self.op.status if self.op.state == OPS_DONE else CH_CLOSED
         idx = self.op.index
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         if item == NULL:
             return st, idx, None
         try:
@@ -620,7 +677,7 @@ cdef class ChannelOp:
         """Put a received but unclaimed item back at the front of its channel."""
         pthread_mutex_lock(&asi_chan_mu)
         op_unget_locked(self.op)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
 
 
 cdef ChannelOp wrap_op(ChanOp* op):
@@ -669,11 +726,11 @@ cdef int chan_try_encode_end(Buf* b, object obj) except -1:
     end = <ChannelEnd>obj
     pthread_mutex_lock(&asi_chan_mu)
     if end.closed_flag:
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         raise ValueError(f"cannot send a closed channel end ({end!r}) to another interpreter: "
                          "send an open end, or clone() it before closing")
     take_handle(end.c, end.kind)
-    pthread_mutex_unlock(&asi_chan_mu)
+    chan_unlock()
     buf_tag(b, TAG_CHANNEL)
     v = <int64_t><Py_ssize_t>end.c
     buf_i64(b, v)
@@ -710,7 +767,7 @@ def open_channel_ends(maxsize):
     pthread_mutex_lock(&asi_chan_mu)
     asi_chan_ids += 1
     c.id = asi_chan_ids
-    pthread_mutex_unlock(&asi_chan_mu)
+    chan_unlock()
     return adopt_end(c, CH_SEND), adopt_end(c, CH_RECV)
 
 
@@ -789,11 +846,11 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         pthread_mutex_lock(&asi_chan_mu)
         index = any_closed(ends, n)
         if index >= 0:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             return CH_CLOSED, index, None
         st = recv_try_locked(chans, <int>n, &item, &index)
         if st != CH_WOULDBLOCK or mode == 0:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             if item == NULL:
                 return st, index, None
             try:
@@ -803,7 +860,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
             return st, index, value
         op = op_new(CH_RECV, <int>n, mode == 2)
         if op == NULL:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             raise MemoryError()
         op_register(op, chans)
         if mode == 1:
@@ -812,11 +869,11 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
             pthread_mutex_unlock(&h.mu)
             op.hub = h
             wrapper.op = op
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             return wrapper
         op.ident = PyThread_get_thread_ident()
         sync_list_add(op)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         # GIL: X -> none (wait for a sender without blocking this interpreter's other threads)
         with nogil:
             st = op_wait_blocking(op, deadline)
@@ -875,7 +932,7 @@ cdef class ChannelEnd:
             self.closed_flag = True
             chan_close_handle(c, self.kind)
         chan_unref(c)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
 
     cdef int check(self) except -1:
         if self.c == NULL:
@@ -887,11 +944,11 @@ cdef class ChannelEnd:
         self.check()
         pthread_mutex_lock(&asi_chan_mu)
         if self.closed_flag:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             return False
         self.closed_flag = True
         chan_close_handle(self.c, self.kind)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return True
 
     @property
@@ -909,10 +966,10 @@ cdef class ChannelEnd:
         self.check()
         pthread_mutex_lock(&asi_chan_mu)
         if self.closed_flag:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             return None
         take_handle(self.c, self.kind)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return adopt_end(self.c, self.kind)
 
     def _stats(self):
@@ -922,7 +979,7 @@ cdef class ChannelEnd:
         c = self.c
         pthread_mutex_lock(&asi_chan_mu)
         out = (c.count, c.maxsize, c.senders, c.receivers, c.n_swait, c.n_rwait)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return out
 
     def __reduce__(self):
@@ -931,10 +988,10 @@ cdef class ChannelEnd:
         self.check()
         pthread_mutex_lock(&asi_chan_mu)
         if self.closed_flag:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             raise ValueError(f"cannot send a closed channel end ({self!r}) to another interpreter")
         take_handle(self.c, self.kind)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         return _adopt_end, (<Py_ssize_t>self.c, self.kind)
 
     cdef object send_generic(self, obj, int mode, Hub hub, double deadline):
@@ -956,13 +1013,13 @@ cdef class ChannelEnd:
         else:
             st = chan_try_send(c, item)
         if st != CH_WOULDBLOCK or mode == 0:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             if st != CH_DONE:
                 free(item)
             return st
         op = op_new(CH_SEND, 1, mode == 2)
         if op == NULL:
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             free(item)
             raise MemoryError()
         op.item = item
@@ -973,11 +1030,11 @@ cdef class ChannelEnd:
             pthread_mutex_unlock(&h.mu)
             op.hub = h
             wrapper.op = op
-            pthread_mutex_unlock(&asi_chan_mu)
+            chan_unlock()
             return wrapper
         op.ident = PyThread_get_thread_ident()
         sync_list_add(op)
-        pthread_mutex_unlock(&asi_chan_mu)
+        chan_unlock()
         # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
         with nogil:
             st = op_wait_blocking(op, deadline)

@@ -92,7 +92,9 @@ cdef void queue_decref(JobQueue* q) noexcept nogil:
     while q.head != NULL:
         job = q.head
         q.head = job.next
+        blob_discard(job.data, job.size)  # never run: drop what its arguments hold
         job_free(job)
+    chan_release_orphans()
     free(q.settings_data)
     pthread_cond_destroy(&q.cv)
     pthread_cond_destroy(&q.state_cv)

@@ -692,10 +692,11 @@ def release_pending():
 # -- dropping a blob that will never be decoded ----------------------------------
 
 cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:
-    """Drop the references a blob owns (shares, shared memory, fds). Any GIL.
+    """Drop the references a blob owns (shares, shared memory, fds, channel ends). Any GIL.
 
-    Channel ends in it keep their counts (see channel.pxi). Returns -1 on a
-    corrupt blob (nothing more is dropped).
+    Channel ends are queued and closed at the next release of the channel
+    lock (chan_release_orphans() when none is held). Returns -1 on a corrupt
+    blob (nothing more is dropped).
     """
     cdef Reader r
     r.p = data
@@ -718,7 +719,13 @@ cdef int _discard_obj(Reader* r) noexcept nogil:
     if tag == TAG_COMPLEX:
         return _skip(r, 16)
     if tag == TAG_CHANNEL:
-        return _skip(r, 16)
+        if r.end - r.p < 16:
+            return -1
+        memcpy(&v, r.p, 8)
+        memcpy(&n, r.p + 8, 8)
+        r.p += 16
+        chan_orphan_end(v, n)
+        return 0
     if tag == TAG_SHARE:
         if r.end - r.p < 32:
             return -1

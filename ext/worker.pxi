@@ -308,11 +308,13 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
                 encode_into(&out, value)
             except BaseException as exc:
                 blob_discard(out.data, out.size)  # shares and fds encoded before the failure
+                chan_release_orphans()
                 out.size = 0
                 status = DONE_ERROR
                 encode_into(&out, runner.describe_unsendable_result(value, exc))
     except BaseException as exc:
         blob_discard(out.data, out.size)
+        chan_release_orphans()
         out.size = 0
         status = DONE_ERROR
         encode_into(&out, runner.describe_minimal(exc))
@@ -719,11 +721,13 @@ cdef class Queue:
             encode_into(&b, payload)
         except BaseException:
             blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
+            chan_release_orphans()
             buf_free(&b)
             raise
         job = <Job*>calloc(1, sizeof(Job))
         if job == NULL:
             blob_discard(b.data, b.size)
+            chan_release_orphans()
             buf_free(&b)
             raise MemoryError()
         job.tid = tid
@@ -738,6 +742,7 @@ cdef class Queue:
         if self.q.closed:
             pthread_mutex_unlock(&self.q.mu)
             blob_discard(job.data, job.size)
+            chan_release_orphans()
             job_free(job)
             raise RuntimeError("aiosubinterp: this queue is closed")
         queue_push(self.q, job)
@@ -771,6 +776,7 @@ cdef class Queue:
         pthread_mutex_unlock(&self.q.mu)
         if job != NULL:
             blob_discard(job.data, job.size)
+            chan_release_orphans()
             job_free(job)
         return code, serial
 
@@ -801,6 +807,7 @@ cdef class Queue:
             copy = c_strdup(b.data, b.size)
             hub_post_new(job.hub, job.tid, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
             blob_discard(job.data, job.size)
+            chan_release_orphans()
             job_free(job)
             count += 1
         buf_free(&b)

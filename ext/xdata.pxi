@@ -297,13 +297,13 @@ cdef object decode_obj(Reader* r):
             key = decode_obj(r)
             d[key] = decode_obj(r)
         return d
+    if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
+                      or tag == TAG_PICKLE_OOB or tag == TAG_CHANNEL):
+        raise ValueError("aiosubinterp.loads: this value held zero-copy buffers, shared memory, "
+                         "file descriptors or channel ends, which dumps() does not keep; only a "
+                         "transfer carries them")
     if tag == TAG_CHANNEL:
         return chan_decode_end(r)
-    if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
-                      or tag == TAG_PICKLE_OOB):
-        raise ValueError("aiosubinterp.loads: this value held zero-copy buffers, shared memory "
-                         "or file descriptors, which dumps() does not keep; only a transfer "
-                         "carries them")
     if tag == TAG_SHARE:
         rd_need(r, 32)
         return decode_share(r)
@@ -367,6 +367,7 @@ def dumps(obj):
     finally:
         if b.size:
             blob_discard(b.data, b.size)
+            chan_release_orphans()
         buf_free(&b)
 
 

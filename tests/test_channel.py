@@ -636,3 +636,46 @@ def test_examples_run(name, expected):
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert expected in proc.stdout
+
+
+def test_dumps_of_a_channel_end_does_not_keep_it_open():
+    from aiosubinterp import _core
+
+    send, recv = asi.open_channel(math.inf)
+    blob = _core.dumps((send, 1))
+    send.close()
+    # The handle the encoding took was dropped with the blob: the channel ended.
+    with pytest.raises(asi.EndOfChannel):
+        recv.recv_nowait()
+    with pytest.raises(ValueError, match="channel ends"):
+        _core.loads(blob)
+    recv.close()
+
+
+def test_an_undelivered_item_closes_the_ends_it_carries():
+    outer_send, outer_recv = asi.open_channel(math.inf)
+    inner_send, inner_recv = asi.open_channel(math.inf)
+    outer_send.send_nowait(("reply_to", inner_send))
+    inner_send.close()
+    with pytest.raises(asi.WouldBlock):
+        inner_recv.recv_nowait()  # the copy inside the queued item is still open
+    outer_recv.close()  # nobody can receive the item now: it is dropped, with its end
+    with pytest.raises(asi.EndOfChannel):
+        inner_recv.recv_nowait()
+    outer_send.close()
+    inner_recv.close()
+
+
+def test_nested_undelivered_items_close_every_end_they_carry():
+    a_send, a_recv = asi.open_channel(math.inf)
+    b_send, b_recv = asi.open_channel(math.inf)
+    c_send, c_recv = asi.open_channel(math.inf)
+    b_send.send_nowait(c_send)          # b holds an end of c
+    a_send.send_nowait((b_send, b_recv))  # a holds both ends of b
+    for end in (b_send, b_recv, c_send):
+        end.close()
+    a_recv.close()  # drops a's item -> b's ends -> b's item -> c's send end
+    with pytest.raises(asi.EndOfChannel):
+        c_recv.recv_nowait()
+    a_send.close()
+    c_recv.close()

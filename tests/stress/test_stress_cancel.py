@@ -65,8 +65,8 @@ async def test_task_cancellation_storm():
 
 async def test_channel_cancellation_storm_with_interpreter_producers():
     rng = random.Random(4242)
-    # One producer per interpreter: all of them run (see the xfail test below
-    # for producers withdrawn while queued).
+    # One producer per interpreter: all of them run (see the test below for
+    # producers withdrawn while queued).
     n_prod, per = 2, 4000
     got: dict[int, list[int]] = {k: [] for k in range(n_prod)}
     async with asi.InterpreterPool(2, cancel_grace=10) as pool:
@@ -138,9 +138,6 @@ async def test_channel_cancellation_storm_with_interpreter_producers():
            outcomes=[type(o).__name__ for o in outcomes], late_items=late)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a withdrawn (cancelled while queued) job "
-                   "keeps the channel-end handles encoded in its arguments, so the channel "
-                   "never ends; see the h7 report")
 async def test_withdrawn_job_releases_the_channel_ends_in_its_arguments():
     async with asi.InterpreterPool(1) as pool:
         send, recv = asi.open_channel(0)
