@@ -217,6 +217,10 @@ class _Engine:
         # Retirements reported before the worker was registered (a fresh
         # worker can serve max_tasks jobs before its starter thread resumes).
         self._retired_early: set[int] = set()
+        # Replacement workers being started; a closing pool waits for them
+        # (they serve what is still queued), signalled through _adds_done.
+        self._pending_adds = 0
+        self._adds_done = threading.Condition(self._lock)
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
         self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
         self._pid = os.getpid()
@@ -288,6 +292,8 @@ class _Engine:
             usable = self._state in ("starting", "running", "closing")
             # When closing meanwhile, it still drains the queue first.
             retired = usable and not self._register(worker)
+            if retired:
+                self._pending_adds += 1
         if not usable:
             worker.close()
         elif retired:
@@ -337,7 +343,18 @@ class _Engine:
             pass
         while True:
             with self._lock:
-                workers = list(self._workers.values()) + self._abandoned
+                while True:
+                    workers = list(self._workers.values()) + self._abandoned
+                    if workers or self._pending_adds == 0:
+                        break
+                    self._adds_done.wait()
+                if not workers and self._queue.qsize() > 0 and self._broken is None:
+                    # Every worker retired (max_tasks) with work still queued:
+                    # start fresh ones to serve it, as a running pool would.
+                    self._pending_adds += self._size
+                    for _ in range(self._size):
+                        _admin.spawn(self._add_worker)
+                    continue
             if not workers:
                 break
             for w in workers:
@@ -574,6 +591,8 @@ class _Engine:
             self._abandoned.append(worker)
             self._replaced += 1
             replace = self._state in ("starting", "running")
+            if replace:
+                self._pending_adds += 1
         worker.stop()
         if replace:
             self._add_worker()
@@ -591,7 +610,13 @@ class _Engine:
             worker = self._workers.pop(serial, None)
             if worker is None and self._state in ("starting", "running"):
                 self._retired_early.add(serial)
-            replace = worker is not None and self._state in ("starting", "running")
+            # A closing pool still serves what is queued: a worker that
+            # retires meanwhile is replaced while there is work left.
+            replace = worker is not None and (
+                self._state in ("starting", "running")
+                or (self._state == "closing" and self._queue.qsize() > 0))
+            if replace:
+                self._pending_adds += 1
             if worker is not None and not replace:
                 self._abandoned.append(worker)
         if worker is None:
@@ -600,14 +625,26 @@ class _Engine:
             _admin.spawn(self._retire_and_replace, worker)
 
     def _retire_and_replace(self, worker: _core.Worker) -> None:
-        worker.close()
-        self._add_worker()
+        try:
+            worker.close()
+        finally:
+            self._add_worker()
 
     def _add_worker(self) -> None:
+        """Start a replacement worker. The caller counted it in _pending_adds."""
+        try:
+            self._add_worker_counted()
+        finally:
+            with self._lock:
+                self._pending_adds -= 1
+                self._adds_done.notify_all()
+
+    def _add_worker_counted(self) -> None:
         worker, error = self._new_worker()
         with self._lock:
-            if worker is not None and self._state in ("starting", "running"):
+            if worker is not None and self._state in ("starting", "running", "closing"):
                 if not self._register(worker):
+                    self._pending_adds += 1
                     _admin.spawn(self._retire_and_replace, worker)
                 return
             alone = not self._workers

@@ -374,3 +374,13 @@ def _loop_hub():
     from aiosubinterp import _loop
 
     return _loop.hub_for(asyncio.get_running_loop())
+
+
+async def test_close_serves_queued_tasks_even_when_interpreters_retire():
+    pool = asi.InterpreterPool(1, max_tasks_per_interpreter=3)
+    tasks = [pool.submit(workfuncs.square, i) for i in range(20)]
+    close = asyncio.ensure_future(pool.aclose())  # while most are still queued
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+    assert results == [i * i for i in range(20)]
+    await asyncio.wait_for(close, 60)
+    assert pool.statistics()["completed"] == 20
