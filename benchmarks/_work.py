@@ -20,6 +20,7 @@ __all__ = [
     "aspin",
     "expected_spin",
     "first_task",
+    "io_then_spin",
     "nap",
     "noop",
     "spin",
@@ -98,3 +99,11 @@ def warm_task(seconds, text):
     out = first_task(text)
     time.sleep(seconds)
     return (os.getpid(), threading.get_ident(), out)
+
+
+async def io_then_spin(delay, n):
+    """An I/O-bound task with a CPU part: wait `delay` seconds, then spin(n)."""
+    import asyncio  # inside: this module is imported in interpreters that never run a loop
+
+    await asyncio.sleep(delay)
+    return spin(n)
