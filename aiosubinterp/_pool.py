@@ -187,7 +187,7 @@ class _Engine:
                 f"got {concurrency_per_interpreter!r}"
             )
         if concurrency_per_interpreter > 1 and not coroutines_supported():
-            raise RuntimeError(coroutine_refusal("concurrency_per_interpreter > 1"))
+            raise RuntimeError(coroutine_refusal("coroutines (concurrency_per_interpreter > 1)"))
         init_payload = None
         if initializer is not None:
             init_payload = _marshal.call_payload(initializer, initargs, {})
