@@ -384,3 +384,30 @@ async def test_close_serves_queued_tasks_even_when_interpreters_retire():
     assert results == [i * i for i in range(20)]
     await asyncio.wait_for(close, 60)
     assert pool.statistics()["completed"] == 20
+
+
+@pytest.mark.parametrize("bad", [-1, 2, True, "0", float("nan")])
+def test_idle_spin_must_be_a_small_number_of_seconds(bad):
+    with pytest.raises(ValueError, match="idle_spin must be None"):
+        asi.InterpreterPool(1, idle_spin=bad)
+
+
+def _cpu_while_idle(pool_seconds: float) -> float:
+    import resource
+
+    async def main() -> float:
+        async with asi.InterpreterPool(1, idle_spin=pool_seconds) as pool:
+            await pool.run(workfuncs.square, 2)
+            await pool.run(workfuncs.square, 3)  # the worker starts polling after this one
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            await asyncio.sleep(0.4)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+    return asyncio.run(main())
+
+
+def test_idle_spin_sets_how_long_an_idle_interpreter_polls():
+    # Polling burns CPU for as long as it lasts; 0 means the worker sleeps at once.
+    assert _cpu_while_idle(0.5) > 0.1
+    assert _cpu_while_idle(0) < 0.05
