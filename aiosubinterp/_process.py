@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -309,7 +310,8 @@ class ProcessPool:
 
     def _register(self, proc: _Proc) -> None:
         """List a ready worker, start its reader, give it work."""
-        thread = threading.Thread(target=self._serve, args=(proc,), daemon=True,
+        # The thread holds the pool weakly: an unclosed pool can still be collected (and warn).
+        thread = threading.Thread(target=_serve, args=(weakref.ref(self), proc), daemon=True,
                                   name=f"aiosubinterp-process-{proc.pid}")
         proc.thread = thread
         with self._lock:
@@ -600,26 +602,21 @@ class ProcessPool:
 
     # -- the reader thread of each worker -----------------------------------------
 
-    def _serve(self, proc: _Proc) -> None:
-        while True:
-            try:
-                kind, ident, body, fds = proc.reader.read()
-            except (EOFError, OSError):
-                break
-            try:
-                if kind == RESULT:
-                    self._on_result(proc, ident, body, fds)
-                elif kind == REQUEST:
-                    self._on_request(proc, ident, body, fds)
-                elif kind == ABORT:
-                    fut = proc.requests.get(ident)
-                    if fut is not None:
-                        fut.cancel()
-                else:
-                    _procwire.close_fds(fds)
-            except Exception as exc:  # noqa: BLE001 - a bug here must not leave tasks hanging
-                sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))
-        self._on_exit(proc)
+    def _handle(self, proc: _Proc, kind: int, ident: int, body: bytes | bytearray,
+                fds: list[int]) -> None:
+        try:
+            if kind == RESULT:
+                self._on_result(proc, ident, body, fds)
+            elif kind == REQUEST:
+                self._on_request(proc, ident, body, fds)
+            elif kind == ABORT:
+                fut = proc.requests.get(ident)
+                if fut is not None:
+                    fut.cancel()
+            else:
+                _procwire.close_fds(fds)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not leave tasks hanging
+            sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))
 
     def _on_result(self, proc: _Proc, tid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
@@ -909,6 +906,28 @@ class ProcessPool:
 
     def __repr__(self) -> str:
         return f"<aiosubinterp.ProcessPool size={self._size} {self._state}>"
+
+
+def _serve(pool_ref: weakref.ref, proc: _Proc) -> None:
+    """A worker's reader thread: hands each message to the pool, until the process exits."""
+    while True:
+        try:
+            kind, ident, body, fds = proc.reader.read()
+        except (EOFError, OSError):
+            break
+        pool = pool_ref()
+        if pool is None:  # collected without close(): let the worker go
+            _procwire.close_fds(fds)
+            proc.write(STOP, 0)
+            continue
+        pool._handle(proc, kind, ident, body, fds)
+        del pool
+    pool = pool_ref()
+    if pool is not None:
+        pool._on_exit(proc)
+    else:
+        proc.popen.wait()
+        proc.close_fds()
 
 
 def _send_type() -> type:

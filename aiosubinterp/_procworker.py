@@ -188,12 +188,7 @@ class _State:
             if self.cancel_requested(tid):
                 _procwire.close_fds(fds)
                 raise KeyboardInterrupt
-            payload = self.decode(body, fds)
-            self.current = tid
-            try:
-                value = self.call(payload)  # type: ignore[arg-type]
-            finally:
-                self.current = 0
+            value = self.decode_and_call(tid, body, fds)
         except KeyboardInterrupt as exc:
             self.current = 0
             if self.cancel_requested(tid):
@@ -214,6 +209,16 @@ class _State:
             )
             out, out_fds = self.encode((ERROR, _describe(err), released))
         self.send(RESULT, tid, out, out_fds)
+
+    def decode_and_call(self, tid: int, body: bytes | bytearray, fds: list[int]) -> object:
+        # A function of its own, so that the arguments (channel-end proxies among
+        # them) are gone once it returns: released() then sees the ones the task dropped.
+        payload = self.decode(body, fds)
+        self.current = tid
+        try:
+            return self.call(payload)  # type: ignore[arg-type]
+        finally:
+            self.current = 0
 
     def released(self) -> tuple[int, ...]:
         """Keys of channel-end proxies that died in this task without being closed."""
