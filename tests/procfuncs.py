@@ -40,16 +40,21 @@ def write_then_read(wfd, rfd):
         os.close(rfd)
 
 
-def read_ignoring_interrupts(fd):
-    """Block reading fd, swallowing every KeyboardInterrupt: cancellation cannot stop it."""
+def read_ignoring_interrupts(fd, started):
+    """Say b"s" on started, then block reading fd, swallowing every KeyboardInterrupt."""
+    told = False
     try:
         while True:
             try:
+                if not told:
+                    os.write(started, b"s")
+                    told = True
                 return os.read(fd, 1)
             except KeyboardInterrupt:
                 continue
     finally:
         os.close(fd)
+        os.close(started)
 
 
 def exit_now(code):

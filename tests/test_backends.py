@@ -16,6 +16,7 @@ import sys
 import threading
 
 import chanfuncs
+from aiohelpers import read_byte
 import procfuncs
 import pytest
 import workfuncs
@@ -385,11 +386,12 @@ async def test_timeout_on_running_task(backend):
 
 async def test_task_ignoring_cancellation_gets_its_worker_replaced(backend, pipe):
     r, w = pipe
+    sr, sw = os.pipe()
     async with backend.pool(1, cancel_grace=0.2) as pool:
         try:
             stuck = await pool.run(procfuncs.whoami)
-            task = pool.submit(procfuncs.read_ignoring_interrupts, FD(r))
-            await _until_busy(pool)
+            task = pool.submit(procfuncs.read_ignoring_interrupts, FD(r), FD(sw))
+            assert await read_byte(sr) == b"s"  # it runs (and ignores interruptions)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -400,6 +402,8 @@ async def test_task_ignoring_cancellation_gets_its_worker_replaced(backend, pipe
             # Lets an abandoned interpreter finish so close() can destroy it (the
             # interruption lands after its read returns: it swallows it and reads again).
             os.write(w, b"xxxx")
+            os.close(sr)
+            os.close(sw)
 
 
 async def test_outer_task_cancellation_reaches_the_worker(backend):
