@@ -1,4 +1,4 @@
-"""ProcessPool: InterpreterPool's API on worker processes, for modules that refuse subinterpreters."""
+"""ProcessPool: InterpreterPool's API on worker processes (for modules refusing interpreters)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,8 @@ class ProcessPool:
             raise ValueError(f"size must be a positive int (number of processes), got {size!r}")
         names = _pool._check_names(preload)
         if initializer is not None and not callable(initializer):
-            raise TypeError(f"initializer must be callable or None, got {type(initializer).__name__}")
+            raise TypeError(
+                f"initializer must be callable or None, got {type(initializer).__name__}")
         if not isinstance(initargs, tuple):
             raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
         if max_tasks_per_worker is not None and (
@@ -171,10 +172,12 @@ class ProcessPool:
             or max_tasks_per_worker < 1
         ):
             raise ValueError(
-                f"max_tasks_per_worker must be None or a positive int, got {max_tasks_per_worker!r}")
+                "max_tasks_per_worker must be None or a positive int, "
+                f"got {max_tasks_per_worker!r}")
         if not isinstance(cancel_grace, (int, float)) or isinstance(cancel_grace, bool) or not (
                 cancel_grace >= 0):
-            raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
+            raise ValueError(
+                f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
         init_payload = None
         if initializer is not None:
             init_payload = _marshal.call_payload(initializer, initargs, {})
@@ -562,7 +565,7 @@ class ProcessPool:
         return None
 
     def _dispatch(self, proc: _Proc, job: _Job) -> None:
-        if len(job.payload) >= _BIG_PAYLOAD and threading.current_thread() is threading.main_thread():
+        if len(job.payload) >= _BIG_PAYLOAD:  # never stall a loop thread on a long write
             _admin.spawn(self._write_job, proc, job)
         else:
             self._write_job(proc, job)
@@ -765,7 +768,8 @@ class ProcessPool:
         def resolve(key: int) -> object:
             end = self._ends.get(key)
             if end is None or end.closed:
-                raise ChannelClosedError("a channel end sent by a worker process was closed meanwhile")
+                raise ChannelClosedError(
+                    "a channel end sent by a worker process was closed meanwhile")
             return end.clone()
         return resolve
 
@@ -814,7 +818,8 @@ class ProcessPool:
             elif op == "stats":
                 result = (_DONE, end._stats())
             else:
-                result = ("error", _error_info_plain(ValueError(f"unknown channel operation {op!r}")))
+                unknown = ValueError(f"unknown channel operation {op!r}")
+                result = ("error", _error_info_plain(unknown))
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             result = ("error", _error_info_plain(exc))
         self._reply(proc, rid, result)

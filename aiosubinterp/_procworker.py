@@ -235,7 +235,6 @@ class _State:
         rid = self.next_request
         body, fds = self.encode((op, key, args))
         self.send(REQUEST, rid, body, fds)
-        interrupted = False
         self.in_request = True
         try:
             return self._await_reply(rid)

@@ -90,7 +90,7 @@ async def test_large_arguments_and_results():
 
 async def test_what_cannot_cross_to_a_process_is_refused_at_the_call_site():
     async with asi.ProcessPool(1) as pool:
-        with pytest.raises(asi.NotShareableError, match="worker process.*SharedBuffer"):
+        with pytest.raises(asi.NotShareableError, match=r"worker process.*SharedBuffer"):
             pool.submit(workfuncs.echo, asi.SharedBuffer(8))
         with pytest.raises(asi.NotShareableError, match="worker process"):
             pool.submit(workfuncs.echo, asi.share(bytearray(8)))
@@ -140,7 +140,7 @@ async def test_a_dead_worker_releases_its_channel_ends():
 
 
 def test_bad_fallback_value():
-    with pytest.raises(ValueError, match="fallback must be None .* or 'process' .*, got 'thread'"):
+    with pytest.raises(ValueError, match=r"fallback must be None .* or 'process' .*, got 'thread'"):
         asi.InterpreterPool(1, fallback="thread")
     with pytest.raises(ValueError, match="fallback must be"):
         asi.InterpreterPool(1, fallback=True)
