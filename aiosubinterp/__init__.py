@@ -22,6 +22,7 @@ __all__ = [
     "ChannelClosedError",
     "EndOfChannel",
     "ExecutionFailed",
+    "FallbackWarning",
     "FileDescriptor",
     "Interpreter",
     "InterpreterError",
@@ -36,6 +37,7 @@ __all__ = [
     "list_all",
     "open_channel",
     "PoolClosedError",
+    "ProcessPool",
     "RecvChannel",
     "run",
     "select",
@@ -45,6 +47,7 @@ __all__ = [
     "SharedBuffer",
     "SharedLock",
     "Task",
+    "WorkerCrashedError",
     "WouldBlock",
 ]
 
@@ -55,6 +58,9 @@ _LAZY = {
     "ModuleRefusedError": "_errors",
     "NotShareableError": "_errors",
     "PoolClosedError": "_errors",
+    "FallbackWarning": "_errors",
+    "WorkerCrashedError": "_errors",
+    "ProcessPool": "_process",
     "BrokenInterpreterPool": "_executor",
     "InterpreterPoolExecutor": "_executor",
     "Interpreter": "_pool",
@@ -88,6 +94,9 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import ModuleRefusedError as ModuleRefusedError
     from aiosubinterp._errors import NotShareableError as NotShareableError
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
+    from aiosubinterp._errors import FallbackWarning as FallbackWarning
+    from aiosubinterp._errors import WorkerCrashedError as WorkerCrashedError
+    from aiosubinterp._process import ProcessPool as ProcessPool
     from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool
     from aiosubinterp._executor import InterpreterPoolExecutor as InterpreterPoolExecutor
     from aiosubinterp._interpreters import InterpreterInfo as InterpreterInfo

@@ -11,10 +11,12 @@ __all__ = [
     "ChannelClosedError",
     "EndOfChannel",
     "ExecutionFailed",
+    "FallbackWarning",
     "InterpreterError",
     "ModuleRefusedError",
     "NotShareableError",
     "PoolClosedError",
+    "WorkerCrashedError",
     "WouldBlock",
     "rebuild",
 ]
@@ -131,3 +133,21 @@ class ChannelClosedError(InterpreterError, RuntimeError):
 
 class BrokenChannelError(InterpreterError, RuntimeError):
     """Every receive end of the channel is closed: nobody can ever receive what is sent."""
+
+
+# -- process backend (aiosubinterp._process) --------------------------------------
+
+
+class WorkerCrashedError(BrokenPoolError):
+    """The worker process running the task died (``os._exit``, a signal, a crash in C).
+
+    Only that task fails: the process pool starts a new worker in its place.
+    """
+
+
+class FallbackWarning(UserWarning):
+    """An InterpreterPool(fallback="process") sends a module's functions to worker processes.
+
+    Issued once per module, the first time one of its functions fails in an
+    interpreter because an extension module refuses subinterpreters.
+    """

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from aiosubinterp import _admin, _core, _loop, _marshal
+from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback
 from aiosubinterp._errors import (
     BrokenPoolError,
     NotShareableError,
@@ -728,6 +728,11 @@ class InterpreterPool(_Engine):
             ``AIOSUBINTERP_SPIN_US``). Polling makes back-to-back small tasks
             fast; one idle interpreter at a time polls, using a core while it
             does. 0 turns it off (lowest CPU use when tasks are rare).
+        fallback: None (default), or ``"process"``: a task whose module refuses
+            to load in a subinterpreter (ModuleRefusedError, e.g. numpy) runs
+            again on a worker process (a ProcessPool of the same size, made on
+            first need); a FallbackWarning says so once per module, and later
+            tasks of that function's module go straight to the processes.
 
     Each interpreter runs one task at a time (or up to
     ``concurrency_per_interpreter`` coroutines); tasks are taken from one
@@ -749,7 +754,12 @@ class InterpreterPool(_Engine):
         cancel_grace: float = 1.0,
         concurrency_per_interpreter: int = 1,
         idle_spin: float | None = None,
+        fallback: str | None = None,
     ) -> None:
+        # fallback="process" (issue #8): aiosubinterp._procfallback
+        self._fallback = _procfallback.make(
+            fallback, size=default_size() if size is None else size, initializer=initializer,
+            initargs=initargs, max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace)
         super().__init__(
             default_size() if size is None else size,
             preload=preload,
@@ -760,6 +770,31 @@ class InterpreterPool(_Engine):
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
         )
+        if self._fallback is not None:
+            self._closed.add_done_callback(lambda _: self._fallback.close())
+
+    # -- fallback="process" (issue #8): aiosubinterp._procfallback ----------------
+
+    def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
+        """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.
+
+        As _Engine.submit(). With ``fallback="process"``, a call whose module
+        refused subinterpreters runs on a worker process instead.
+        """
+        if self._fallback is not None:
+            return self._fallback.submit(self, fn, args, kwargs)
+        return super().submit(fn, *args, **kwargs)
+
+    async def aclose(self) -> None:
+        """Close and wait until every interpreter (and fallback process) is gone.
+
+        Cancellation: as _Engine.aclose().
+        """
+        await super().aclose()
+        if self._fallback is not None:
+            await self._fallback.aclose()
+
+    # -- end of fallback hooks -------------------------------------------------------
 
 
 class Interpreter(_Engine):

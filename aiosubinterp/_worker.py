@@ -12,7 +12,7 @@ import sys
 import types
 
 from aiosubinterp import _core, _marshal
-from aiosubinterp._errors import NotShareableError, refusal_from
+from aiosubinterp._errors import ModuleRefusedError, NotShareableError, refusal_from
 
 __all__ = ["Runner", "coroutines_supported", "coroutine_refusal", "describe_exception"]
 
@@ -179,12 +179,15 @@ class Runner:
                     raise
         except BaseException as exc:
             refused = refusal_from(exc)
-            raise ImportError(
+            message = (
                 f"a function of the main script {where!r} was sent to a worker, which had to "
                 f"import that script and failed: {type(exc).__name__}: {refused or exc}. "
                 "Keep worker functions in a module that imports cleanly in an interpreter, "
                 "and guard the script's top-level code with `if __name__ == '__main__':`."
-            ) from exc
+            )
+            if refused is not None:  # keeps its type: fallback="process" looks for it
+                raise ModuleRefusedError(message, name=refused.name) from exc
+            raise ImportError(message) from exc
         self._main_module = module
         return module
 

@@ -299,6 +299,14 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
             yield runner
         finally:
             executor.shutdown(wait=True)
+    elif kind == "aiosubinterp-processes":
+        import aiosubinterp
+
+        async with aiosubinterp.ProcessPool(size=workers, preload=tuple(preload)) as ppool:
+            runner = Runner(kind, ppool.run, ppool.submit, f"ProcessPool(size={workers})")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
     elif kind == "to_thread":
         import concurrent.futures
 

@@ -1,0 +1,210 @@
+"""Channel ends inside a ProcessPool worker: proxies served by the parent process.
+
+A channel lives in the memory of the process that opened it. A worker
+process gets a proxy for each end passed to it; every operation is a request
+over the worker's socket, done by the pool in the parent on the real end, so
+close semantics are the channel's own: closing the proxy (or the proxy dying
+at the end of the task) closes the end it stands for.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from aiosubinterp import _core
+from aiosubinterp._channel import ChannelStatistics, _deadline, recv_error, send_error
+from aiosubinterp._errors import ChannelClosedError, EndOfChannel, NotShareableError
+
+__all__ = ["ProxyRecvChannel", "ProxySendChannel", "adopt"]
+
+_DONE = _core.CHAN_DONE
+_TIMEOUT = _core.CHAN_TIMEOUT
+_INTERRUPTED = _core.CHAN_INTERRUPTED
+
+
+def adopt(key: int, kind: str, channel_id: int) -> _ProxyEnd:
+    """Unpickling of an end the pool passed to this worker process."""
+    cls = ProxySendChannel if kind == "send" else ProxyRecvChannel
+    end = cls(key, channel_id)
+    from aiosubinterp import _procworker
+
+    _procworker.state().proxies[key] = weakref.ref(end)
+    return end
+
+
+def _remote_error(info: tuple) -> BaseException:
+    type_name, message = info
+    if type_name.endswith(".NotShareableError"):
+        return NotShareableError(message)
+    return RuntimeError(f"the pool could not do this channel operation: {type_name}: {message}")
+
+
+class _ProxyEnd:
+    __slots__ = ("__weakref__", "_channel", "_closed", "_key")
+
+    def __init__(self, key: int, channel_id: int) -> None:
+        self._key = key
+        self._channel = channel_id
+        self._closed = False
+
+    def _call(self, op: str, *args: object) -> tuple[Any, Any]:
+        from aiosubinterp import _procworker
+
+        if self._closed and op != "stats":
+            return _core.CHAN_CLOSED, None
+        status, value = _procworker.state().request(op, self._key, *args)  # type: ignore[misc]
+        if status == "error":
+            raise _remote_error(value)
+        return status, value
+
+    @property
+    def closed(self) -> bool:
+        """True once this end (this handle, not its clones) is closed."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close this end (idempotent), as SendChannel.close() / RecvChannel.close()."""
+        if self._closed:
+            return
+        self._call("close")
+        self._closed = True
+        from aiosubinterp import _procworker
+
+        _procworker.state().proxies.pop(self._key, None)
+
+    async def aclose(self) -> None:
+        """Close this end, as close()."""
+        self.close()
+
+    def clone(self) -> Any:
+        """A new, independently closable end of the same kind on the same channel."""
+        status, key = self._call("clone")
+        if status != _DONE:
+            raise ChannelClosedError(f"{self!r} is closed: clone it before closing it")
+        return adopt(key, "send" if isinstance(self, ProxySendChannel) else "recv", self._channel)
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot of the channel (see SendChannel.statistics())."""
+        _, stats = self._call("stats")
+        if stats is None:
+            raise ChannelClosedError(f"{self!r} is closed")
+        used, maxsize, senders, receivers, wsend, wrecv = stats
+        return ChannelStatistics(used, float("inf") if maxsize < 0 else maxsize, senders,
+                                 receivers, wsend, wrecv)
+
+    def __reduce__(self) -> tuple:
+        if self._closed:
+            raise ValueError(f"cannot send a closed channel end ({self!r})")
+        from aiosubinterp._procwire import parent_end
+
+        return parent_end, (self._key,)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<aiosubinterp.{type(self).__name__} channel={self._channel} {state}>"
+
+
+class ProxySendChannel(_ProxyEnd):
+    """A SendChannel inside a worker process: the blocking and non-blocking forms.
+
+    ``send_sync``, ``send_nowait``, ``close``, ``clone``, ``statistics``;
+    the awaitable ``send`` works in coroutines run by the worker.
+
+    Thread-safety: operations of one worker process are served one at a time.
+    """
+
+    __slots__ = ()
+
+    def send_sync(self, value: object, timeout: float | None = None) -> None:
+        """Send value, blocking until a receiver has room for it; as SendChannel.send_sync()."""
+        _deadline(timeout)
+        status, _ = self._call("send", value, timeout)
+        if status == _DONE:
+            return
+        if status == _TIMEOUT:
+            raise TimeoutError(f"{self!r}: send_sync() timed out after {timeout} s (nothing sent)")
+        if status == _INTERRUPTED:
+            raise KeyboardInterrupt
+        raise send_error(self, status)
+
+    def send_nowait(self, value: object) -> None:
+        """Send value if that needs no waiting; else raise WouldBlock (nothing sent)."""
+        status, _ = self._call("send_nowait", value)
+        if status != _DONE:
+            raise send_error(self, status)
+
+    async def send(self, value: object) -> None:
+        """Send value from a coroutine in the worker (the worker's loop waits meanwhile).
+
+        Cancellation: as send_sync() when the task is cancelled.
+        """
+        self.send_sync(value)
+
+
+class ProxyRecvChannel(_ProxyEnd):
+    """A RecvChannel inside a worker process: the blocking and non-blocking forms.
+
+    ``recv_sync``, ``recv_nowait``, ``for x in recv``, ``close``, ``clone``,
+    ``statistics``; the awaitable ``recv`` works in coroutines run by the worker.
+
+    Thread-safety: operations of one worker process are served one at a time.
+    """
+
+    __slots__ = ()
+
+    def recv_sync(self, timeout: float | None = None) -> Any:
+        """Receive the next item, blocking until one is sent; as RecvChannel.recv_sync()."""
+        _deadline(timeout)
+        status, value = self._call("recv", timeout)
+        if status == _DONE:
+            return value
+        if status == _TIMEOUT:
+            raise TimeoutError(f"{self!r}: recv_sync() timed out after {timeout} s")
+        if status == _INTERRUPTED:
+            raise KeyboardInterrupt
+        raise recv_error(self, status)
+
+    def recv_nowait(self) -> Any:
+        """The next item if one is ready; else raise WouldBlock (or EndOfChannel)."""
+        status, value = self._call("recv_nowait")
+        if status == _DONE:
+            return value
+        raise recv_error(self, status)
+
+    async def recv(self) -> Any:
+        """Receive from a coroutine in the worker (the worker's loop waits meanwhile).
+
+        Cancellation: as recv_sync() when the task is cancelled.
+        """
+        return self.recv_sync()
+
+    def __iter__(self) -> ProxyRecvChannel:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self.recv_sync()
+        except EndOfChannel:
+            raise StopIteration from None
+
+    def __aiter__(self) -> ProxyRecvChannel:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return self.recv_sync()
+        except EndOfChannel:
+            raise StopAsyncIteration from None

@@ -1,0 +1,984 @@
+"""ProcessPool: InterpreterPool's API on worker processes (for modules refusing interpreters)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Any
+
+from aiosubinterp import _admin, _core, _loop, _marshal, _pool, _procwire
+from aiosubinterp._errors import (
+    BrokenChannelError,
+    BrokenPoolError,
+    ChannelClosedError,
+    EndOfChannel,
+    NotShareableError,
+    PoolClosedError,
+    WorkerCrashedError,
+    rebuild,
+)
+from aiosubinterp._procwire import (
+    ABORT, FAILED, JOB, READY, REPLY, REQUEST, RESULT, SETTINGS, SETUP, STOP, Reader, send_frame,
+)
+from aiosubinterp._procworker import CANCELLED, ERROR, OK, bootstrap_source
+from aiosubinterp._task import Task
+
+__all__ = ["ProcessPool"]
+
+# Payloads this large are written to the worker by a helper thread, not the loop's.
+_BIG_PAYLOAD = 1 << 20
+
+_DONE = _core.CHAN_DONE
+
+
+class _Job:
+    __slots__ = ("fds", "keys", "loop", "payload", "proc", "task", "tid")
+
+    def __init__(self, tid: int, payload: bytes, fds: list[int], keys: list[int], task: Task,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.tid = tid
+        self.payload = payload
+        self.fds = fds
+        self.keys = keys
+        self.task = task
+        self.loop = loop
+        self.proc: _Proc | None = None
+
+
+class _Proc:
+    """One worker process, as its pool sees it."""
+
+    _serials = itertools.count(1)
+
+    def __init__(self, popen: subprocess.Popen, sock: socket.socket, ctl_w: int) -> None:
+        self.serial = next(self._serials)
+        self.popen = popen
+        self.pid = popen.pid
+        self.sock = sock
+        self.ctl_w = ctl_w
+        self.reader = Reader(sock)
+        self.wlock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.job: _Job | None = None       # the job it runs now
+        self.done = 0                      # jobs finished
+        self.settings = 0                  # version of the settings it has
+        self.keys: set[int] = set()        # channel ends it holds proxies of
+        self.requests: dict[int, concurrent.futures.Future] = {}
+        self.abandoned = False
+
+    def write(self, kind: int, ident: int, body: bytes = b"", fds: list[int] | tuple = ()) -> bool:
+        try:
+            with self.wlock:
+                send_frame(self.sock, kind, ident, body, fds)
+        except OSError:
+            return False  # it died: its reader thread reports that
+        return True
+
+    def close_fds(self) -> None:
+        self.reader.close()
+        self.sock.close()
+        try:
+            os.close(self.ctl_w)
+        except OSError:
+            pass
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "an unknown status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _error_info(exc: BaseException) -> tuple:
+    return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "", exc)
+
+
+class ProcessPool:
+    """A pool of worker processes with InterpreterPool's API.
+
+    For code that cannot run in a subinterpreter: extension modules that
+    refuse them (numpy and most compiled libraries), or code that needs
+    process isolation (a crash or ``os._exit`` ends only its worker).
+    ``run``, ``submit``, ``map``, ``aclose``, ``Task``, errors, cancellation
+    and timeouts behave as in InterpreterPool.
+
+    Args:
+        size: number of worker processes (default: the CPUs this process may use).
+        preload: modules each worker imports at start.
+        initializer: a module-level function each worker calls once at start,
+            with ``initargs``. If it raises, the pool is broken.
+        max_tasks_per_worker: replace a worker process after it ran this many tasks.
+        cancel_grace: seconds a cancelled, running task gets to stop after its
+            KeyboardInterrupt before its process is killed and replaced.
+
+    Workers are fresh Python processes (like multiprocessing's "spawn", never
+    a fork of this process: forking next to live interpreters kills the
+    child), each connected by a Unix socket. A helper thread per worker waits
+    for its results and hands them to the awaiting loop; nothing polls.
+    Arguments and results cross by pickle; channel ends, sockets and
+    ``FileDescriptor`` objects cross too (ends are served by this process on
+    the worker's behalf). Functions cross by reference, as for interpreters.
+
+    Thread-safety: a pool may be used from several event loops in several
+    threads at once; each task belongs to the loop that submitted it.
+    """
+
+    _kind = "process pool"
+
+    def __init__(
+        self,
+        size: int | None = None,
+        *,
+        preload: Iterable[str] = (),
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple = (),
+        max_tasks_per_worker: int | None = None,
+        cancel_grace: float = 1.0,
+    ) -> None:
+        if not _core.is_main_interpreter():
+            raise RuntimeError(
+                "ProcessPool can only be created in the main interpreter, and this code runs in "
+                f"worker interpreter {_core.current_interpreter_id()}."
+            )
+        size = _pool.default_size() if size is None else size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int (number of processes), got {size!r}")
+        names = _pool._check_names(preload)
+        if initializer is not None and not callable(initializer):
+            raise TypeError(
+                f"initializer must be callable or None, got {type(initializer).__name__}")
+        if not isinstance(initargs, tuple):
+            raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
+        if max_tasks_per_worker is not None and (
+            isinstance(max_tasks_per_worker, bool)
+            or not isinstance(max_tasks_per_worker, int)
+            or max_tasks_per_worker < 1
+        ):
+            raise ValueError(
+                "max_tasks_per_worker must be None or a positive int, "
+                f"got {max_tasks_per_worker!r}")
+        if not isinstance(cancel_grace, (int, float)) or isinstance(cancel_grace, bool) or not (
+                cancel_grace >= 0):
+            raise ValueError(
+                f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
+        init_payload = None
+        if initializer is not None:
+            init_payload = _marshal.call_payload(initializer, initargs, {})
+            try:
+                _procwire.close_fds(_procwire.encode(init_payload, self._refuse_end)[1])
+            except NotShareableError:
+                raise
+            except Exception as exc:
+                raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
+        self._size = size
+        self._preload = names
+        self._init_payload = init_payload
+        self._max_tasks = max_tasks_per_worker or 0
+        self._grace = float(cancel_grace)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._queued: dict[int, _Job] = {}
+        self._running: dict[int, _Job] = {}
+        self._idle: list[_Proc] = []
+        self._procs: dict[int, _Proc] = {}
+        self._threads: list[threading.Thread] = []
+        self._state = "new"  # new, starting, running, broken, closing, closed
+        self._broken: BaseException | None = None
+        self._started: concurrent.futures.Future = concurrent.futures.Future()
+        self._closed: concurrent.futures.Future = concurrent.futures.Future()
+        self._path: list[str] = []
+        self._settings = 0
+        self._settings_body = b""
+        self._submitted = 0
+        self._completed = 0
+        self._replaced = 0
+        # Channel ends that worker processes hold proxies of: key -> our own end.
+        self._ends: dict[int, _core.ChannelEnd] = {}
+        self._end_keys = itertools.count(1)
+        self._chan_loop: asyncio.AbstractEventLoop | None = None
+        self._chan_thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._state != "new":
+                return
+            self._state = "starting"
+            self._path = list(sys.path)
+        _admin.spawn(self._start_all)
+
+    def _setup(self) -> tuple:
+        return (_pool._main_ref(), self._preload, self._init_payload, (tuple(self._path),))
+
+    def _new_proc(self) -> tuple[_Proc | None, BaseException | None]:
+        """Start one worker process and wait until it is ready (blocking)."""
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl_r, ctl_w = os.pipe()
+        os.set_blocking(ctl_w, False)
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-c", bootstrap_source(self._path, child_sock.fileno(), ctl_r)],
+                pass_fds=(child_sock.fileno(), ctl_r), stdin=subprocess.DEVNULL,
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported as the start failure
+            parent_sock.close()
+            os.close(ctl_w)
+            return None, exc
+        finally:
+            child_sock.close()
+            os.close(ctl_r)
+        proc = _Proc(popen, parent_sock, ctl_w)
+        try:
+            with self._lock:
+                setup = self._setup()
+                proc.settings = self._settings
+            body, fds = _procwire.encode(setup, self._refuse_end)
+            proc.write(SETUP, 0, body, fds)
+            _procwire.close_fds(fds)
+            kind, _, body, fds = proc.reader.read()
+            if kind == READY:
+                return proc, None
+            if kind == FAILED:
+                info = _procwire.decode(body, fds)
+                error: BaseException = rebuild(_with_exception(info))  # type: ignore[arg-type]
+            else:
+                error = RuntimeError(f"a worker process sent message {kind} instead of READY")
+        except (EOFError, OSError):
+            error = RuntimeError(
+                f"a worker process (pid {proc.pid}) exited during start-up with "
+                f"{_exit_text(popen.wait())}; its error output is above")
+        self._reap(proc, kill=True)
+        return None, error
+
+    def _reap(self, proc: _Proc, kill: bool = False) -> int | None:
+        if kill and proc.popen.poll() is None:
+            proc.popen.kill()
+        try:
+            code = proc.popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            code = proc.popen.wait()
+        proc.close_fds()
+        return code
+
+    def _start_all(self) -> None:
+        futures = [_admin.spawn(self._start_one) for _ in range(self._size)]
+        errors = [err for err in (f.result() for f in futures) if err is not None]
+        if not errors:
+            with self._lock:
+                if self._state == "starting":
+                    self._state = "running"
+            self._started.set_result(None)
+            return
+        cause = errors[0]
+        broken = BrokenPoolError(
+            f"the process pool could not start its workers: {type(cause).__name__}: {cause}")
+        broken.__cause__ = cause
+        with self._lock:
+            self._broken = broken
+            if self._state == "starting":
+                self._state = "broken"
+            procs = list(self._procs.values())
+        for proc in procs:
+            proc.write(STOP, 0)
+        self._fail_queued(broken)
+        self._started.set_exception(broken)
+
+    def _start_one(self) -> BaseException | None:
+        proc, error = self._new_proc()
+        if proc is None:
+            return error
+        self._register(proc)
+        return None
+
+    def _register(self, proc: _Proc) -> None:
+        """List a ready worker, start its reader, give it work."""
+        # The thread holds the pool weakly: an unclosed pool can still be collected (and warn).
+        thread = threading.Thread(target=_serve, args=(weakref.ref(self), proc), daemon=True,
+                                  name=f"aiosubinterp-process-{proc.pid}")
+        proc.thread = thread
+        with self._lock:
+            usable = self._state in ("starting", "running", "closing")
+            if usable:
+                self._procs[proc.serial] = proc
+                self._threads.append(thread)
+                job = self._next_job(proc)
+        if not usable:
+            proc.write(STOP, 0)
+            self._reap(proc)
+            return
+        thread.start()
+        if job is not None:
+            self._dispatch(proc, job)
+
+    async def start(self) -> None:
+        """Start the worker processes now and wait until they are ready.
+
+        Optional: the first submit starts them too. Raises BrokenPoolError if
+        a worker cannot start, or a preload import or the initializer fails.
+
+        Cancellation: the processes keep starting; close() still cleans up.
+        """
+        loop = _loop.running_loop("ProcessPool.start()")
+        if self._state in ("closing", "closed"):
+            raise PoolClosedError("this process pool is closed: create a new one")
+        self._ensure_started()
+        await asyncio.shield(_admin.relay(self._started, loop))
+
+    def close(self) -> None:
+        """Stop accepting work; finish what was submitted, then stop the processes.
+
+        Returns at once; ``await aclose()`` to wait until they have exited. Idempotent.
+        """
+        if self._pid != os.getpid():
+            self._state = "closed"
+            return
+        with self._lock:
+            state = self._state
+            if state in ("closing", "closed"):
+                return
+            self._state = "closing"
+            self._cond.notify_all()
+        if state == "new":
+            self._finish_close()
+        else:
+            _admin.spawn(self._shutdown)
+
+    def _shutdown(self) -> None:
+        try:
+            self._started.exception()  # wait until start-up settled
+        except concurrent.futures.CancelledError:
+            pass
+        with self._lock:
+            # Submitted work runs first (a pool that lost its workers failed it already).
+            self._cond.wait_for(lambda: not self._queued and not self._running)
+            procs = list(self._procs.values())
+        for proc in procs:
+            proc.write(STOP, 0)
+        while True:
+            with self._lock:
+                threads = [t for t in self._threads if t.is_alive()]
+            if not threads:
+                break
+            for t in threads:
+                t.join()
+        self._stop_chan_loop()
+        with self._lock:
+            keys = list(self._ends)
+        for key in keys:
+            self._close_key(key)
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        self._fail_queued(PoolClosedError("this process pool was closed before the task could run"))
+        with self._lock:
+            self._state = "closed"
+        if not self._started.done():
+            self._started.set_exception(PoolClosedError("this process pool is closed"))
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    async def aclose(self) -> None:
+        """Close and wait until every worker process has exited.
+
+        Submitted tasks run to completion first.
+
+        Cancellation: if the wait is cancelled, the tasks still running are
+        interrupted; the shutdown completes in the background.
+        """
+        loop = _loop.running_loop("ProcessPool.aclose()")
+        self.close()
+        if self._pid != os.getpid():
+            return
+        try:
+            await asyncio.shield(_admin.relay(self._closed, loop))
+        except asyncio.CancelledError:
+            with self._lock:
+                jobs = list(self._running.values())
+            for job in jobs:
+                if job.proc is not None:
+                    _admin.spawn(self._interrupt, job.proc, job.tid)
+            raise
+
+    async def __aenter__(self) -> ProcessPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        state = getattr(self, "_state", "closed")
+        if state not in ("closed", "closing", "new"):
+            warnings.warn(
+                f"unclosed {self!r}: close it (async with, or await aclose()) to stop its "
+                "worker processes; they exit when this process does otherwise",
+                ResourceWarning, source=self, stacklevel=2,
+            )
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    # -- submitting --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise RuntimeError(
+                f"this process pool was created in process {self._pid}, and this is a forked "
+                f"child ({os.getpid()}): its workers belong to the parent. Create a new pool here."
+            )
+        state = self._state
+        if state in ("closing", "closed"):
+            raise PoolClosedError("this process pool is closed: create a new one to run more work")
+        if state == "broken":
+            raise BrokenPoolError(str(self._broken)) from self._broken
+
+    def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
+        """Schedule fn(*args, **kwargs) in a worker process; return its Task at once.
+
+        fn crosses by reference (module and name) and must be a module-level
+        function, a builtin, or a picklable callable; arguments cross by
+        pickle. Raises NotShareableError here, before anything is queued, if they cannot.
+        """
+        loop = _loop.running_loop("ProcessPool.submit()")
+        self._check_open()
+        payload = _marshal.call_payload(fn, args, kwargs)
+        keys: list[int] = []
+        try:
+            body, fds = _procwire.encode(payload, lambda end: self._share_end(end, keys))
+        except BaseException as exc:
+            for key in keys:
+                self._close_key(key)
+            if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
+                raise
+            raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        tid = next(_pool._task_ids)
+        task = Task(loop, self, tid, name, None)
+        job = _Job(tid, body, fds, keys, task, loop)
+        if sys.path != self._path:
+            self._new_settings()
+        with self._lock:
+            state = self._state
+            proc = None
+            if state in ("new", "starting", "running"):
+                self._submitted += 1
+                proc = self._idle.pop() if self._idle else None
+                if proc is not None:
+                    self._assign(proc, job)
+                else:
+                    self._queue.append(job)
+                    self._queued[tid] = job
+        if state not in ("new", "starting", "running"):
+            self._drop(job)
+            self._check_open()
+            raise PoolClosedError("this process pool is closed")
+        if proc is not None:
+            self._dispatch(proc, job)
+        elif state == "new":
+            self._ensure_started()
+        return task
+
+    async def run(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
+        """Run fn(*args, **kwargs) in a worker process and return its result.
+
+        Exceptions come back with their own type, caused by an
+        ExecutionFailed that carries the remote traceback. An ``async def``
+        function runs on an asyncio loop in the worker (on 3.12 too). If the
+        worker process dies while running it (``os._exit``, a crash in C),
+        this raises WorkerCrashedError and the pool starts a new worker.
+
+        Cancellation: a queued call is withdrawn; a running one gets
+        KeyboardInterrupt (SIGINT; a coroutine is cancelled instead), and its
+        process is killed and replaced if it does not stop within the grace period.
+        """
+        return await self.submit(fn, *args, **kwargs)
+
+    async def map(
+        self,
+        fn: Callable[..., object],
+        iterable: Iterable[Any] | AsyncIterable[Any],
+        *,
+        ordered: bool = True,
+        window: int | None = None,
+    ) -> AsyncIterator[Any]:
+        """Yield fn(item) for every item, computed in the worker processes.
+
+        As InterpreterPool.map(): at most ``window`` calls in flight (default:
+        8 per worker, at least 64); ``ordered=False`` yields as they finish;
+        the first failure is raised at its place.
+
+        Cancellation: closing or cancelling the iteration cancels every call in flight.
+        """
+        async with contextlib.aclosing(_pool._Engine.map(  # type: ignore[arg-type]
+                self, fn, iterable, ordered=ordered, window=window)) as results:
+            async for result in results:
+                yield result
+
+    def _new_settings(self) -> None:
+        path = list(sys.path)
+        body, _ = _procwire.encode((tuple(path),), self._refuse_end)
+        with self._lock:
+            self._path = path
+            self._settings += 1
+            self._settings_body = body
+
+    # -- dispatch (any thread; the lock is not held while writing) -----------------
+
+    def _assign(self, proc: _Proc, job: _Job) -> None:
+        """Give job to proc (lock held)."""
+        job.proc = proc
+        proc.job = job
+        proc.keys.update(job.keys)
+        self._running[job.tid] = job
+
+    def _next_job(self, proc: _Proc) -> _Job | None:
+        """The next queued job for an idle proc, assigned; or None and proc is idle (lock held)."""
+        while self._queue:
+            job = self._queue.popleft()
+            if self._queued.pop(job.tid, None) is None:
+                continue  # withdrawn
+            self._assign(proc, job)
+            return job
+        self._idle.append(proc)
+        return None
+
+    def _dispatch(self, proc: _Proc, job: _Job) -> None:
+        if len(job.payload) >= _BIG_PAYLOAD:  # never stall a loop thread on a long write
+            _admin.spawn(self._write_job, proc, job)
+        else:
+            self._write_job(proc, job)
+
+    def _write_job(self, proc: _Proc, job: _Job) -> None:
+        settings = None
+        if proc.settings != self._settings:
+            with self._lock:
+                proc.settings, settings = self._settings, self._settings_body
+        if settings is not None:
+            proc.write(SETTINGS, 0, settings)
+        proc.write(JOB, job.tid, job.payload, job.fds)
+        _procwire.close_fds(job.fds)
+        job.payload = b""
+
+    def _drop(self, job: _Job) -> None:
+        """A job that will never run: release what it carried."""
+        _procwire.close_fds(job.fds)
+        for key in job.keys:
+            self._close_key(key)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        with self._lock:
+            jobs = [j for j in self._queue if j.tid in self._queued]
+            self._queue.clear()
+            self._queued.clear()
+            self._cond.notify_all()
+        for job in jobs:
+            self._drop(job)
+            self._deliver(job, _core.STATUS_ERROR, _error_info(exc))
+
+    def _deliver(self, job: _Job, status: int, value: object) -> None:
+        try:
+            job.loop.call_soon_threadsafe(job.task._deliver, status, value)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    # -- the reader thread of each worker -----------------------------------------
+
+    def _handle(self, proc: _Proc, kind: int, ident: int, body: bytes | bytearray,
+                fds: list[int]) -> None:
+        try:
+            if kind == RESULT:
+                self._on_result(proc, ident, body, fds)
+            elif kind == REQUEST:
+                self._on_request(proc, ident, body, fds)
+            elif kind == ABORT:
+                fut = proc.requests.get(ident)
+                if fut is not None:
+                    fut.cancel()
+            else:
+                _procwire.close_fds(fds)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not leave tasks hanging
+            sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))
+
+    def _on_result(self, proc: _Proc, tid: int, body: bytes | bytearray, fds: list[int]) -> None:
+        try:
+            status, value, released = _procwire.decode(body, fds, on_end=self._end_for(proc))
+        except Exception as exc:  # noqa: BLE001 - the awaiter gets it
+            status, value, released = None, exc, ()
+        for key in released:  # type: ignore[union-attr]
+            self._close_key(key, proc)
+        if status == OK:
+            code = _core.STATUS_OK
+        elif status == ERROR:
+            code, value = _core.STATUS_ERROR, _with_exception(value)  # type: ignore[arg-type]
+        elif status == CANCELLED:
+            code = _core.STATUS_CANCELLED
+        else:
+            code = _core.STATUS_LOCAL_ERROR
+        retire = False
+        with self._lock:
+            job = self._running.pop(tid, None)
+            if proc.job is not None and proc.job.tid == tid:
+                proc.job = None
+            proc.done += 1
+            self._completed += 1
+            nxt = None
+            if proc.abandoned:
+                pass
+            elif self._max_tasks and proc.done >= self._max_tasks:
+                retire = self._procs.pop(proc.serial, None) is not None
+            else:
+                nxt = self._next_job(proc)
+            self._cond.notify_all()
+        if job is not None:
+            self._deliver(job, code, value)
+        if nxt is not None:
+            self._dispatch(proc, nxt)
+        if retire:
+            proc.write(STOP, 0)
+            self._replace()
+
+    def _on_exit(self, proc: _Proc) -> None:
+        with self._lock:
+            listed = self._procs.pop(proc.serial, None) is not None
+            if proc in self._idle:
+                self._idle.remove(proc)
+            job = proc.job
+            proc.job = None
+            if job is not None:
+                self._running.pop(job.tid, None)
+            self._cond.notify_all()
+        for fut in list(proc.requests.values()):
+            fut.cancel()
+        code = self._reap(proc)
+        for key in list(proc.keys):
+            self._close_key(key, proc)
+        if job is not None:
+            err = WorkerCrashedError(
+                f"the worker process (pid {proc.pid}) running the task {job.task.name!r} "
+                f"exited with {_exit_text(code)} before the task finished (os._exit, a signal, "
+                "or a crash in C code); the pool started a new worker in its place"
+            )
+            self._deliver(job, _core.STATUS_ERROR, _error_info(err))
+        if listed:
+            with self._lock:
+                self._replaced += 1
+            self._replace()
+
+    def _replace(self) -> None:
+        with self._lock:
+            wanted = self._state in ("starting", "running") or (
+                self._state == "closing" and self._queued)
+        if wanted:
+            _admin.spawn(self._add_proc)
+
+    def _add_proc(self) -> None:
+        proc, error = self._new_proc()
+        if proc is not None:
+            self._register(proc)
+            return
+        with self._lock:
+            alone = not self._procs
+        if alone and error is not None:
+            broken = BrokenPoolError(f"the process pool lost its last worker: {error}")
+            broken.__cause__ = error
+            with self._lock:
+                self._broken = broken
+                if self._state == "running":
+                    self._state = "broken"
+            self._fail_queued(broken)
+
+    # -- cancellation ---------------------------------------------------------------
+
+    def _cancel_task(self, task: Task) -> None:
+        with self._lock:
+            job = self._queued.pop(task._tid, None)
+            running = None if job is not None else self._running.get(task._tid)
+            self._cond.notify_all()
+        if job is not None:
+            self._drop(job)  # withdrawn: it never runs
+        elif running is not None and running.proc is not None:
+            _admin.spawn(self._interrupt, running.proc, task._tid)
+
+    def _interrupt(self, proc: _Proc, tid: int) -> None:
+        """KeyboardInterrupt in the task; after the grace period, kill and replace its process."""
+        try:
+            os.write(proc.ctl_w, tid.to_bytes(8, "little"))
+            proc.popen.send_signal(signal.SIGINT)
+        except OSError:
+            return  # it is gone already
+        with self._lock:
+            if self._cond.wait_for(lambda: proc.job is None or proc.job.tid != tid, self._grace):
+                return
+            # It ignores the interruption (catches it, or is stuck in C): give up on it.
+            proc.abandoned = True
+            listed = self._procs.pop(proc.serial, None) is not None
+            if listed:
+                self._replaced += 1
+        proc.popen.kill()
+        if listed:
+            self._replace()
+
+    # -- channel ends on behalf of workers ------------------------------------------
+
+    def _refuse_end(self, end: object) -> tuple:
+        raise NotShareableError(f"cannot send {end!r} here: pass channel ends as task arguments")
+
+    def _share_end(self, end: _core.ChannelEnd, keys: list[int] | set[int]) -> tuple:
+        """Keep a handle of end for a worker process; the worker gets a proxy of it."""
+        clone = end._clone()
+        if clone is None:
+            raise NotShareableError(
+                f"cannot send a closed channel end ({end!r}) to a worker process: send an open "
+                "end, or clone() it before closing")
+        key = next(self._end_keys)
+        with self._lock:
+            self._ends[key] = clone
+            if isinstance(keys, set):
+                keys.add(key)
+            else:
+                keys.append(key)
+        from aiosubinterp import _procchan
+
+        kind = "send" if isinstance(end, _send_type()) else "recv"
+        return _procchan.adopt, (key, kind, end._channel_id)
+
+    def _end_for(self, proc: _Proc) -> Callable[[int], object]:
+        def resolve(key: int) -> object:
+            end = self._ends.get(key)
+            if end is None or end.closed:
+                raise ChannelClosedError(
+                    "a channel end sent by a worker process was closed meanwhile")
+            return end.clone()
+        return resolve
+
+    def _close_key(self, key: int, proc: _Proc | None = None) -> None:
+        with self._lock:
+            end = self._ends.pop(key, None)
+            if proc is not None:
+                proc.keys.discard(key)
+        if end is not None:
+            end._close()
+
+    def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
+        try:
+            op, key, args = _procwire.decode(body, fds, on_end=self._end_for(proc))  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - the worker raises it
+            self._reply(proc, rid, ("error", _error_info_plain(exc)))
+            return
+        end = self._ends.get(key)
+        if end is None:
+            self._reply(proc, rid, (_core.CHAN_CLOSED, None))
+            return
+        if op in ("send", "recv"):
+            loop = self._channel_loop()
+            fut = asyncio.run_coroutine_threadsafe(self._wait_op(proc, rid, end, op, args), loop)
+            proc.requests[rid] = fut
+            return
+        try:
+            if op == "send_nowait":
+                result: tuple = (end._send_nowait(args[0]), None)
+            elif op == "recv_nowait":
+                status, _, value = end._recv_nowait()
+                result = (status, value)
+            elif op == "close":
+                self._close_key(key, proc)
+                result = (_DONE, None)
+            elif op == "clone":
+                clone = end._clone()
+                if clone is None:
+                    result = (_core.CHAN_CLOSED, None)
+                else:
+                    new_key = next(self._end_keys)
+                    with self._lock:
+                        self._ends[new_key] = clone
+                        proc.keys.add(new_key)
+                    result = (_DONE, new_key)
+            elif op == "stats":
+                result = (_DONE, end._stats())
+            else:
+                unknown = ValueError(f"unknown channel operation {op!r}")
+                result = ("error", _error_info_plain(unknown))
+        except Exception as exc:  # noqa: BLE001 - the worker raises it
+            result = ("error", _error_info_plain(exc))
+        self._reply(proc, rid, result)
+
+    async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str, args: tuple) -> None:
+        timeout = args[-1]
+        try:
+            async with asyncio.timeout(timeout):
+                if op == "send":
+                    await end.send(args[0])
+                    result: tuple = (_DONE, None)
+                else:
+                    result = (_DONE, await end.recv())
+        except TimeoutError:
+            result = (_core.CHAN_TIMEOUT, None)
+        except asyncio.CancelledError:
+            result = (_core.CHAN_INTERRUPTED, None)  # the worker's task was cancelled
+        except EndOfChannel:
+            result = (_core.CHAN_END, None)
+        except ChannelClosedError:
+            result = (_core.CHAN_CLOSED, None)
+        except BrokenChannelError:
+            result = (_core.CHAN_BROKEN, None)
+        except Exception as exc:  # noqa: BLE001 - the worker raises it
+            result = ("error", _error_info_plain(exc))
+        proc.requests.pop(rid, None)
+        self._reply(proc, rid, result)
+
+    def _reply(self, proc: _Proc, rid: int, result: tuple) -> None:
+        try:
+            body, fds = _procwire.encode(result, lambda end: self._share_end(end, proc.keys))
+        except Exception as exc:  # noqa: BLE001 - an item that cannot go to a process
+            body, fds = _procwire.encode(("error", _error_info_plain(exc)), self._refuse_end)
+        proc.write(REPLY, rid, body, fds)
+        _procwire.close_fds(fds)
+
+    def _channel_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop that waits in channel operations for workers (started on first use)."""
+        with self._lock:
+            if self._chan_loop is not None:
+                return self._chan_loop
+            loop = self._chan_loop = asyncio.new_event_loop()
+            thread = self._chan_thread = threading.Thread(
+                target=_run_loop, args=(loop,), daemon=True, name="aiosubinterp-process-channels")
+        thread.start()
+        return loop
+
+    def _stop_chan_loop(self) -> None:
+        with self._lock:
+            loop, thread = self._chan_loop, self._chan_thread
+            self._chan_loop = self._chan_thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+    # -- introspection -----------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Number of worker processes."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._state in ("closing", "closed")
+
+    def pids(self) -> list[int]:
+        """Process ids of the current workers."""
+        with self._lock:
+            return [p.pid for p in self._procs.values()]
+
+    def statistics(self) -> dict[str, int | str]:
+        """A snapshot: size, state, busy, queued, submitted, completed, replaced workers.
+
+        As InterpreterPool.statistics(); ``replaced`` counts workers that
+        died or were killed after ignoring a cancellation.
+        """
+        with self._lock:
+            return {
+                "size": self._size,
+                "state": self._state,
+                "busy": len(self._running),
+                "queued": len(self._queued),
+                "submitted": self._submitted,
+                "completed": self._completed,
+                "replaced": self._replaced,
+            }
+
+    def __repr__(self) -> str:
+        return f"<aiosubinterp.ProcessPool size={self._size} {self._state}>"
+
+
+def _serve(pool_ref: weakref.ref, proc: _Proc) -> None:
+    """A worker's reader thread: hands each message to the pool, until the process exits."""
+    while True:
+        try:
+            kind, ident, body, fds = proc.reader.read()
+        except (EOFError, OSError):
+            break
+        pool = pool_ref()
+        if pool is None:  # collected without close(): let the worker go
+            _procwire.close_fds(fds)
+            proc.write(STOP, 0)
+            continue
+        pool._handle(proc, kind, ident, body, fds)
+        del pool
+    pool = pool_ref()
+    if pool is not None:
+        pool._on_exit(proc)
+    else:
+        proc.popen.wait()
+        proc.close_fds()
+
+
+def _send_type() -> type:
+    from aiosubinterp._channel import SendChannel
+
+    return SendChannel
+
+
+def _with_exception(info: tuple) -> tuple:
+    """A worker's error description with its pickled exception rebuilt here (or None)."""
+    type_name, message, tb_text, data = info
+    exc = None
+    if data is not None:
+        try:
+            exc = _marshal.loads(data)
+        except Exception:  # noqa: BLE001 - ExecutionFailed alone then
+            exc = None
+    return (type_name, message, tb_text, exc)
+
+
+def _error_info_plain(exc: BaseException) -> tuple:
+    """An error for a worker: (type name, message), rebuilt there as RuntimeError if unknown."""
+    return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+class _Unraisable:
+    def __init__(self, exc: BaseException, what: str) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = exc.__traceback__
+        self.err_msg = f"Exception in {what}'s reader thread"
+        self.object = None
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        try:
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

@@ -1,0 +1,166 @@
+"""InterpreterPool(fallback="process"): run a module's functions on processes once it refuses interpreters.
+
+A task whose function needs an extension module that refuses subinterpreters
+(numpy, for one) fails in its interpreter with ModuleRefusedError. With the
+fallback on, that task runs again on a worker process of a ProcessPool made
+on first need, a FallbackWarning says so once, and later tasks of the same
+function's module go straight to the processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from aiosubinterp import _pool
+from aiosubinterp._errors import FallbackWarning, ModuleRefusedError
+from aiosubinterp._task import Task
+
+__all__ = ["Fallback", "make"]
+
+CHOICES = (None, "process")
+
+
+def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
+         initargs: tuple, max_tasks: int | None, cancel_grace: float) -> Fallback | None:
+    """The fallback of a new InterpreterPool, or None; a clear error for a bad value."""
+    if fallback is None:
+        return None
+    if fallback != "process" or not isinstance(fallback, str):
+        raise ValueError(
+            f"fallback must be None (a refusing module's error reaches the caller) or "
+            f"'process' (such tasks run on worker processes instead), got {fallback!r}")
+    return Fallback(size=size, initializer=initializer, initargs=initargs,
+                    max_tasks=max_tasks, cancel_grace=cancel_grace)
+
+
+def _unwrap(fn: object) -> object:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__func__", fn)
+
+
+def module_of(fn: object) -> str:
+    """The module a callable's code lives in (through partials and bound methods)."""
+    fn = _unwrap(fn)
+    module = getattr(fn, "__module__", None)
+    if not isinstance(module, str):
+        module = type(fn).__module__
+    return module
+
+
+class Fallback:
+    """The process side of one InterpreterPool, and the modules sent there.
+
+    Thread-safety: as InterpreterPool (a lock guards the decisions and the pool).
+    """
+
+    def __init__(self, *, size: int, initializer: Callable[..., object] | None, initargs: tuple,
+                 max_tasks: int | None, cancel_grace: float) -> None:
+        self._options = dict(initializer=initializer, initargs=initargs,
+                             max_tasks_per_worker=max_tasks, cancel_grace=cancel_grace)
+        self._size = size
+        self._lock = threading.Lock()
+        self._modules: dict[str, str] = {}  # function module -> the extension module that refused
+        self._processes = None
+        self._closed = False
+
+    @property
+    def modules(self) -> dict[str, str]:
+        """Function modules that run on processes, each with the module that refused."""
+        with self._lock:
+            return dict(self._modules)
+
+    def processes(self) -> Any:
+        """The ProcessPool, created on first need."""
+        from aiosubinterp._process import ProcessPool
+
+        with self._lock:
+            if self._processes is None:
+                self._processes = ProcessPool(self._size, **self._options)  # type: ignore[arg-type]
+            return self._processes
+
+    def submit(self, engine: _pool._Engine, fn: Callable[..., object], args: tuple,
+               kwargs: dict) -> Task:
+        module = module_of(fn)
+        if module in self._modules:
+            engine._check_open()
+            return self.processes().submit(fn, *args, **kwargs)  # type: ignore[no-any-return]
+        inner = _pool._Engine.submit(engine, fn, *args, **kwargs)
+        outer = Task(inner.get_loop(), self, inner.id, inner.name, None)
+        outer._inner = inner  # type: ignore[attr-defined]
+        inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))
+        return outer
+
+    def _settle(self, outer: Task, fn: Callable[..., object], args: tuple, kwargs: dict,
+                module: str, inner: asyncio.Future) -> None:
+        if outer.done():
+            return
+        if inner.cancelled():
+            Task.cancel(outer)
+            return
+        exc = inner.exception()
+        if not isinstance(exc, ModuleRefusedError):
+            _copy(inner, outer)
+            return
+        refused = exc.name or "an extension module"
+        with self._lock:
+            first = module not in self._modules
+            self._modules.setdefault(module, refused)
+            closed = self._closed
+        if closed:
+            _copy(inner, outer)
+            return
+        if first:
+            # Pointed at the function's definition: this runs in a loop callback.
+            code = getattr(getattr(_unwrap(fn), "__code__", None), "co_filename", None)
+            line = getattr(getattr(_unwrap(fn), "__code__", None), "co_firstlineno", 0)
+            warnings.warn_explicit(FallbackWarning(
+                f"the extension module {refused!r} refuses to load in a subinterpreter: "
+                f"functions of module {module!r} run on worker processes from now on "
+                "(InterpreterPool fallback='process')"), FallbackWarning,
+                code or "<aiosubinterp>", line, module=module)
+        try:
+            again = self.processes().submit(fn, *args, **kwargs)
+        except BaseException as err:  # noqa: BLE001 - the awaiter gets it
+            outer.set_exception(err)
+            return
+        outer._inner = again  # type: ignore[attr-defined]
+        again.add_done_callback(lambda done: outer.done() or _copy(done, outer))
+
+    def _cancel_task(self, task: Task) -> None:
+        inner = getattr(task, "_inner", None)
+        if inner is not None and not inner.done():
+            inner.cancel()
+
+    def close(self) -> None:
+        """Close the process pool (if any): what was submitted to it still runs."""
+        with self._lock:
+            self._closed = True
+            processes = self._processes
+        if processes is not None:
+            processes.close()
+
+    async def aclose(self) -> None:
+        """Close, and wait until the worker processes have exited."""
+        self.close()
+        if self._processes is not None:
+            await self._processes.aclose()
+
+
+def _copy(source: asyncio.Future, target: Task) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        Task.cancel(target)
+        return
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
+

@@ -1,0 +1,356 @@
+"""What runs inside a ProcessPool's worker process: setup, the job loop, cancellation.
+
+A worker is a fresh Python process (started like multiprocessing's "spawn")
+connected to its pool by a Unix socket, plus a pipe on which the pool writes
+the ids of tasks to cancel before it sends SIGINT. The SIGINT handler raises
+KeyboardInterrupt in the running task only if that task's id was written:
+a late signal (the task already finished) or a Ctrl-C meant for the parent
+does nothing here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import sys
+import types
+
+from aiosubinterp import _marshal, _procwire
+from aiosubinterp._errors import NotShareableError
+from aiosubinterp._procwire import (
+    ABORT, FAILED, JOB, READY, REPLY, REQUEST, RESULT, SETTINGS, SETUP, STOP, Reader, send_frame,
+)
+
+__all__ = ["main"]
+
+OK = 1
+ERROR = 2
+CANCELLED = 3
+
+
+class _State:
+    """This process's connection to its pool (one per process)."""
+
+    def __init__(self, sock: socket.socket, ctl_fd: int) -> None:
+        self.sock = sock
+        self.reader = Reader(sock)
+        self.ctl_fd = ctl_fd
+        self.current = 0             # id of the task running now (0: idle)
+        self.requested: set[int] = set()   # task ids the pool asked to cancel
+        self.shielded = False        # writing a frame: an interruption waits until it is out
+        self.deferred = False
+        self.loop = None             # asyncio loop for coroutine jobs, made on first use
+        self.aio_task = None
+        self.in_request = False      # waiting for the pool to finish a channel operation
+        self.main_ref: tuple[str, str] | None = None
+        self.main_module: types.ModuleType | None = None
+        self.functions: dict[tuple[str, str], object] = {}
+        self.next_request = 0
+        self.proxies: dict[int, object] = {}  # key -> weakref of the channel-end proxy here
+
+    # -- cancellation ---------------------------------------------------------------
+
+    def _read_requests(self) -> None:
+        while True:
+            try:
+                data = os.read(self.ctl_fd, 8 * 64)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not data:
+                return
+            for i in range(0, len(data) - len(data) % 8, 8):
+                self.requested.add(int.from_bytes(data[i:i + 8], "little"))
+
+    def on_sigint(self, signum: int, frame: object) -> None:
+        self._read_requests()
+        if not self.current or self.current not in self.requested:
+            return  # not for the running task (late, or a Ctrl-C meant for the parent)
+        task = self.aio_task
+        if task is not None and not self.in_request:
+            self.loop.call_soon_threadsafe(task.cancel)  # type: ignore[attr-defined]
+            return
+        if self.shielded:
+            self.deferred = True
+            return
+        raise KeyboardInterrupt
+
+    def cancel_requested(self, tid: int) -> bool:
+        self._read_requests()
+        return tid in self.requested
+
+    def forget(self, tid: int) -> None:
+        self.requested.discard(tid)
+        if len(self.requested) > 256:
+            # Requests that arrived after their task ended: ids only grow, drop older ones.
+            self.requested = {t for t in self.requested if t > tid}
+
+    # -- frames -------------------------------------------------------------------
+
+    def send(self, kind: int, ident: int, body: bytes = b"", fds: list[int] | None = None) -> None:
+        """Write a whole frame; an interruption meanwhile is raised once it is written."""
+        self.shielded = True
+        try:
+            send_frame(self.sock, kind, ident, body, fds or ())
+        finally:
+            self.shielded = False
+            if fds:
+                _procwire.close_fds(fds)
+        if self.deferred:
+            self.deferred = False
+            raise KeyboardInterrupt
+
+    def decode(self, body: bytes | bytearray, fds: list[int]) -> object:
+        return _procwire.decode(body, fds, main=self.main)
+
+    def encode(self, obj: object) -> tuple[bytes, list[int]]:
+        return _procwire.encode(obj, _end_reduction)
+
+    # -- functions ------------------------------------------------------------------
+
+    def main(self) -> types.ModuleType:
+        """The user's script, imported under another name (as in interpreter workers)."""
+        if self.main_module is not None:
+            return self.main_module
+        if self.main_ref is None:
+            raise NotShareableError(
+                "this function is defined in the main script, but the main script has no file "
+                "a worker process can import (interactive session or -c). Move it to a module."
+            )
+        kind, where = self.main_ref
+        try:
+            if kind == "module":
+                module = importlib.import_module(where)
+            else:
+                from importlib import util as import_util
+
+                spec = import_util.spec_from_file_location(_marshal.MAIN_ALIAS, where)
+                if spec is None or spec.loader is None:
+                    raise ImportError(f"cannot import {where!r}")
+                module = import_util.module_from_spec(spec)
+                sys.modules[_marshal.MAIN_ALIAS] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[_marshal.MAIN_ALIAS]
+                    raise
+        except BaseException as exc:
+            raise ImportError(
+                f"a function of the main script {where!r} was sent to a worker process, which "
+                f"had to import that script and failed: {type(exc).__name__}: {exc}. Guard the "
+                "script's top-level code with `if __name__ == '__main__':`."
+            ) from exc
+        self.main_module = module
+        return module
+
+    def resolve(self, module: str, qualname: str) -> object:
+        key = (module, qualname)
+        fn = self.functions.get(key)
+        if fn is None:
+            fn = self.main() if module == "__main__" else importlib.import_module(module)
+            for part in qualname.split("."):
+                fn = getattr(fn, part)
+            self.functions[key] = fn
+        return fn
+
+    def call(self, payload: tuple) -> object:
+        module, target, args, kw = payload
+        fn = target if module is None else self.resolve(module, target)
+        result = fn(*args, **dict(kw)) if kw else fn(*args)
+        if type(result) is types.CoroutineType:
+            return self.run_coroutine(result)
+        return result
+
+    def run_coroutine(self, coro: types.CoroutineType) -> object:
+        import asyncio
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        task = self.aio_task = self.loop.create_task(coro)
+        try:
+            self.loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if task.cancelled() and self.cancel_requested(self.current):
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            self.aio_task = None
+        return task.result()
+
+    # -- the job loop ---------------------------------------------------------------
+
+    def run_job(self, tid: int, body: bytes | bytearray, fds: list[int]) -> None:
+        status, value = OK, None
+        try:
+            if self.cancel_requested(tid):
+                _procwire.close_fds(fds)
+                raise KeyboardInterrupt
+            value = self.decode_and_call(tid, body, fds)
+        except KeyboardInterrupt as exc:
+            self.current = 0
+            if self.cancel_requested(tid):
+                status, value = CANCELLED, None
+            else:
+                status, value = ERROR, _describe(exc)
+        except BaseException as exc:  # noqa: BLE001 - sent to the awaiter
+            self.current = 0
+            status, value = ERROR, _describe(exc)
+        self.forget(tid)
+        released = self.released()
+        try:
+            out, out_fds = self.encode((status, value, released))
+        except Exception as exc:  # noqa: BLE001 - an unsendable result
+            err = NotShareableError(
+                f"the task returned a {type(value).__name__}, which cannot be sent back to the "
+                f"caller: {type(exc).__name__}: {exc}. Return plain data (or a picklable object)."
+            )
+            out, out_fds = self.encode((ERROR, _describe(err), released))
+        self.send(RESULT, tid, out, out_fds)
+
+    def decode_and_call(self, tid: int, body: bytes | bytearray, fds: list[int]) -> object:
+        # A function of its own, so that the arguments (channel-end proxies among
+        # them) are gone once it returns: released() then sees the ones the task dropped.
+        payload = self.decode(body, fds)
+        self.current = tid
+        try:
+            return self.call(payload)  # type: ignore[arg-type]
+        finally:
+            self.current = 0
+
+    def released(self) -> tuple[int, ...]:
+        """Keys of channel-end proxies that died in this task without being closed."""
+        if not self.proxies:
+            return ()
+        dead = tuple(k for k, ref in self.proxies.items() if ref() is None)  # type: ignore[operator]
+        for k in dead:
+            del self.proxies[k]
+        return dead
+
+    def request(self, op: str, key: int, *args: object) -> object:
+        """Ask the pool to do a channel operation for this process; returns (status, value)."""
+        self.next_request += 1
+        rid = self.next_request
+        body, fds = self.encode((op, key, args))
+        self.send(REQUEST, rid, body, fds)
+        self.in_request = True
+        try:
+            return self._await_reply(rid)
+        finally:
+            self.in_request = False
+
+    def _await_reply(self, rid: int) -> object:
+        import select
+
+        interrupted = False
+        try:
+            if not self.reader.pending():
+                select.select([self.sock], [], [])  # the only interruptible part of the wait
+        except KeyboardInterrupt:
+            interrupted = True
+        self.shielded = True
+        try:
+            if interrupted:
+                # Cancelled while waiting: the pool withdraws the operation (or it
+                # already completed); either way its answer comes, then we stop.
+                send_frame(self.sock, ABORT, rid)
+            kind, ident, body, fds = self.reader.read()
+        finally:
+            self.shielded = False
+        if kind != REPLY or ident != rid:
+            _procwire.close_fds(fds)
+            raise RuntimeError(f"aiosubinterp: unexpected message {kind} from the pool")
+        reply = self.decode(body, fds)
+        if interrupted or self.deferred:
+            self.deferred = False
+            raise KeyboardInterrupt
+        return reply
+
+
+_state: _State | None = None
+
+
+def state() -> _State:
+    if _state is None:
+        raise RuntimeError("this is not a worker process of an aiosubinterp.ProcessPool")
+    return _state
+
+
+def _end_reduction(end: object) -> tuple:
+    raise NotShareableError(
+        f"cannot send {end!r} out of this worker process: it belongs to a channel opened "
+        "here. Open channels in the parent and pass their ends to the tasks instead."
+    )
+
+
+def _describe(exc: BaseException) -> tuple:
+    """(type_name, message, traceback, pickled exception or None)."""
+    from aiosubinterp._worker import describe_exception
+
+    type_name, message, tb_text, carried = describe_exception(exc)
+    data = None
+    if carried is not None:
+        try:
+            data = _marshal.dumps(carried.exc)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            data = None
+    return (type_name, message, tb_text, data)
+
+
+def _apply_settings(settings: tuple) -> None:
+    (path,) = settings
+    sys.path[:] = path
+
+
+def main(sock_fd: int, ctl_fd: int) -> None:
+    """Serve jobs until the pool says STOP or goes away."""
+    global _state
+    sock = socket.socket(fileno=sock_fd)
+    os.set_blocking(ctl_fd, False)
+    st = _state = _State(sock, ctl_fd)
+    signal.signal(signal.SIGINT, st.on_sigint)
+    try:
+        kind, _, body, fds = st.reader.read()
+        if kind != SETUP:
+            raise RuntimeError(f"aiosubinterp: expected the set-up message, got {kind}")
+        main_ref, preload, init_payload, settings = st.decode(body, fds)  # type: ignore[misc]
+        st.main_ref = main_ref
+        _marshal.main_importer = st.main
+        _apply_settings(settings)
+        for name in preload:
+            importlib.import_module(name)
+        if init_payload is not None:
+            st.call(init_payload)
+    except EOFError:
+        return
+    except BaseException as exc:  # noqa: BLE001 - reported to the pool
+        out, out_fds = st.encode(_describe(exc))
+        send_frame(sock, FAILED, 0, out, out_fds)
+        return
+    send_frame(sock, READY, os.getpid())
+    while True:
+        try:
+            kind, ident, body, fds = st.reader.read()
+        except (EOFError, OSError):
+            return
+        except KeyboardInterrupt:
+            continue
+        if kind == JOB:
+            st.run_job(ident, body, fds)
+        elif kind == SETTINGS:
+            _apply_settings(st.decode(body, fds))  # type: ignore[arg-type]
+        elif kind == STOP:
+            return
+        else:
+            _procwire.close_fds(fds)
+
+
+def bootstrap_source(path: list[str], sock_fd: int, ctl_fd: int) -> str:
+    """The -c program of a worker process."""
+    return (
+        f"import sys; sys.path[:] = {path!r}\n"
+        "from aiosubinterp import _procworker\n"
+        f"_procworker.main({sock_fd}, {ctl_fd})\n"
+    )

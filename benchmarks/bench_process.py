@@ -1,0 +1,119 @@
+"""The process backend: aiosubinterp.ProcessPool against ProcessPoolExecutor.
+
+Each contender gets 2 worker processes and, after warm-up, measures
+  round trip  ``await call(noop, i)`` one after another, each timed (p50, p99);
+  throughput  ``asyncio.gather`` of a batch of noop calls, calls per second.
+
+Contenders, each in its own process:
+  aiosubinterp-processes  ``await pool.run(noop, i)`` on ProcessPool(size=2) (spawned workers)
+  procpool-fork           ``await loop.run_in_executor(ProcessPoolExecutor(2, fork), noop, i)``
+  procpool-forkserver     the same with the forkserver start method
+  procpool-spawn          the same with the spawn start method
+  aiosubinterp            InterpreterPool(size=2), for scale
+
+Target (issue #8): ProcessPool's p50 round trip within 1.5 x ProcessPoolExecutor's
+(the fastest of its start methods is the anchor); it is a fallback, but it
+must not be slow.
+
+Run: ``python benchmarks/bench_process.py [--quick] [--json] [--loop uvloop]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import _common
+import _work
+
+NAMES = ["aiosubinterp-processes", "procpool-fork", "procpool-forkserver", "procpool-spawn",
+         "aiosubinterp"]
+POOLS = ("procpool-fork", "procpool-forkserver", "procpool-spawn")
+
+
+def contender(kind: str):
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        warmup, n, batch = params["warmup"], params["n"], params["batch"]
+
+        async def body() -> dict[str, Any]:
+            async with _common.open_runner(kind, loop) as runner:
+                call = runner.run
+                for i in range(warmup):
+                    await call(_work.noop, i)
+                samples = [0] * n
+                clock = time.perf_counter_ns
+                with _common.Meter() as meter:
+                    for i in range(n):
+                        t0 = clock()
+                        r = await call(_work.noop, i)
+                        samples[i] = clock() - t0
+                        if r != i:
+                            raise AssertionError(f"noop({i}) returned {r!r}")
+                    t0 = clock()
+                    got = await asyncio.gather(*(call(_work.noop, i) for i in range(batch)))
+                    elapsed = (clock() - t0) / 1e9
+                if got != list(range(batch)):
+                    raise AssertionError("a batched call returned a wrong result")
+                return {"us": [s / 1000 for s in samples], "per_s": batch / elapsed,
+                        "info": runner.info, **meter.result()}
+
+        return _common.run_async(body, loop)
+
+    return run
+
+
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    stats: dict[str, dict[str, float]] = {}
+    rows = []
+    infos = []
+    for name, rounds in results.items():
+        good, error = _common.ok_rounds(rounds)
+        if not good:
+            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", "", ""])
+            continue
+        s = _common.summarize(_common.collect(good, "us"))
+        s["per_s"] = _common.median([r["per_s"] for r in good])
+        stats[name] = s
+        rows.append([name, _common.fmt(s["p50"]), _common.fmt(s["p99"]), "",
+                     _common.fmt(s["per_s"], 0), "", *_common.load_cells(good)])
+        infos.append(f"{name}: {good[0]['info']}")
+    ours = stats.get("aiosubinterp-processes", {})
+    for row in rows:
+        s = stats.get(row[0])
+        if s is not None and ours:
+            row[3] = _common.fmt_ratio(s["p50"] / ours["p50"])
+            row[5] = _common.fmt_ratio(s["per_s"] / ours["per_s"])
+    headers = ["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
+               "calls/s vs ours", *_common.LOAD_HEADERS]
+    pools = [n for n in POOLS if n in stats]
+    best = min(pools, key=lambda n: stats[n]["p50"]) if pools else None
+    best_tp = max(pools, key=lambda n: stats[n]["per_s"]) if pools else None
+    targets = [
+        _common.Target("ProcessPool p50 round trip / ProcessPoolExecutor's",
+                       _common.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
+                       "<=", 1.5, note=f"{best or 'process pool'} (the fastest start method)"),
+        _common.Target("(info) ProcessPool throughput / ProcessPoolExecutor's",
+                       _common.ratio(ours.get("per_s"), stats[best_tp]["per_s"] if best_tp else None),
+                       ">=", 1.0, note=f"{best_tp or 'process pool'}; not an issue target"),
+    ]
+    notes = [
+        f"{params['n']} sequential awaits of noop(i) per round after {params['warmup']} warm-up "
+        f"calls, then one gather of {params['batch']} calls; p50/p99 over all rounds' samples, "
+        "calls/s the median of the rounds.",
+        _common.LOAD_NOTE,
+        *infos,
+    ]
+    return _common.Report([("", headers, rows)], targets, notes, {"stats": stats})
+
+
+if __name__ == "__main__":
+    sys.exit(_common.main(
+        doc=__doc__,
+        title="bench_process: the process backend vs ProcessPoolExecutor, 2 workers",
+        contenders={name: contender(name) for name in NAMES},
+        full={"n": 2000, "warmup": 200, "batch": 5000, "rounds": 3},
+        quick={"n": 300, "warmup": 50, "batch": 1000, "rounds": 1},
+        report=report,
+    ))

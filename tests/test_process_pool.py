@@ -1,0 +1,192 @@
+"""ProcessPool's own behaviour (crashes, signals, what crosses) and InterpreterPool(fallback="process").
+
+What both backends share is tested in test_backends.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+
+import procfuncs
+import pytest
+import workfuncs
+from aiohelpers import read_byte
+
+import aiosubinterp as asi
+
+# Loading numpy's C library starts OpenBLAS's threads in this process, even when
+# an interpreter's import of numpy is then refused: start them before any test
+# counts threads.
+import numpy  # noqa: E402, F401, I001
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FD = asi.FileDescriptor
+
+
+@pytest.mark.parametrize("fn, arg, said", [
+    (procfuncs.exit_now, 3, "exit code 3"),
+    (procfuncs.kill_self, int(signal.SIGKILL), "signal SIGKILL"),
+])
+async def test_a_dying_worker_fails_only_its_task(fn, arg, said):
+    async with asi.ProcessPool(1) as pool:
+        before = await pool.run(procfuncs.pid)
+        with pytest.raises(asi.WorkerCrashedError, match=said) as info:
+            await pool.run(fn, arg)
+        assert isinstance(info.value, asi.BrokenPoolError)
+        assert repr(fn.__name__) in str(info.value)
+        # A new worker took its place; the pool keeps serving.
+        after = await asyncio.wait_for(pool.run(procfuncs.pid), 30)
+        assert after != before
+        assert pool.statistics()["replaced"] == 1
+        assert pool.pids() == [after]
+
+
+async def test_a_stray_sigint_does_not_interrupt_a_task(pipe):
+    # Ctrl-C reaches every process of the terminal's group: only a cancel counts.
+    r, w = pipe
+    async with asi.ProcessPool(1) as pool:
+        task = pool.submit(procfuncs.read_close, FD(r))
+        while pool.statistics()["busy"] == 0:
+            await asyncio.sleep(0.005)
+        os.kill(pool.pids()[0], signal.SIGINT)
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        os.write(w, b"!")
+        assert await asyncio.wait_for(task, 30) == b"!"
+
+
+async def test_coroutines_run_in_workers_on_every_version():
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.async_add, 2, 3) == 5
+
+
+async def test_cancelling_a_coroutine_cancels_it_in_the_worker(pipe):
+    r, w = pipe
+    async with asi.ProcessPool(1) as pool:
+        first = await pool.run(procfuncs.pid)
+        task = pool.submit(procfuncs.async_wait_forever, FD(w))
+        assert await read_byte(r) == b"s"
+        task.cancel()
+        assert await read_byte(r) == b"c"  # its except CancelledError ran
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await asyncio.wait_for(pool.run(procfuncs.pid), 30) == first
+
+
+async def test_large_arguments_and_results():
+    big = bytes(range(256)) * (3 << 12)  # 3 MiB: written by a helper thread
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.nbytes, big) == (len(big), big[:4], big[-4:])
+        assert await pool.run(procfuncs.nbytes, memoryview(big)) == (len(big), big[:4], big[-4:])
+        assert await pool.run(procfuncs.make_bytes, 5 << 20) == b"\x01" * (5 << 20)
+
+
+async def test_what_cannot_cross_to_a_process_is_refused_at_the_call_site():
+    async with asi.ProcessPool(1) as pool:
+        with pytest.raises(asi.NotShareableError, match=r"worker process.*SharedBuffer"):
+            pool.submit(workfuncs.echo, asi.SharedBuffer(8))
+        with pytest.raises(asi.NotShareableError, match="worker process"):
+            pool.submit(workfuncs.echo, asi.share(bytearray(8)))
+        send, recv = asi.open_channel(1)
+        send.close()
+        with pytest.raises(asi.NotShareableError, match="closed channel end"):
+            pool.submit(workfuncs.echo, send)
+        recv.close()
+        # An end of a channel opened inside a worker process cannot leave it.
+        with pytest.raises(asi.NotShareableError, match="opened here"):
+            await pool.run(procfuncs.open_local_channel)
+        assert pool.statistics()["submitted"] == 1
+
+
+async def test_sockets_are_handed_over():
+    a, b = socket.socketpair()
+    with a, b:
+        async with asi.ProcessPool(1) as pool:
+            task = pool.submit(procfuncs.socket_echo, b)
+            a.sendall(b"hi")
+            assert await asyncio.wait_for(task, 30) == "socket"
+            a.settimeout(30)
+            assert a.recv(10) == b"HI"
+
+
+async def test_channel_clone_close_and_statistics_in_a_worker():
+    send, recv = asi.open_channel(4)
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.channel_stats, recv) == (1, 2, False)
+        assert await pool.run(procfuncs.clone_and_send, send, "v") == (True, True)
+        send.close()
+        assert await recv.recv() == "v"
+        with pytest.raises(asi.EndOfChannel):
+            await asyncio.wait_for(recv.recv(), 30)
+
+
+async def test_a_dead_worker_releases_its_channel_ends():
+    send, recv = asi.open_channel(1)
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.keep_end, send)
+        send.close()
+        assert recv.statistics().open_send_channels == 1
+        with pytest.raises(asi.WorkerCrashedError):
+            await pool.run(procfuncs.exit_now, 0)
+        with pytest.raises(asi.EndOfChannel):
+            await asyncio.wait_for(recv.recv(), 30)
+
+
+def test_bad_fallback_value():
+    with pytest.raises(ValueError, match=r"fallback must be None .* or 'process' .*, got 'thread'"):
+        asi.InterpreterPool(1, fallback="thread")
+    with pytest.raises(ValueError, match="fallback must be"):
+        asi.InterpreterPool(1, fallback=True)
+
+
+async def test_without_fallback_a_refusing_module_is_an_error():
+    async with asi.InterpreterPool(1) as pool:
+        with pytest.raises(asi.ModuleRefusedError, match="numpy"):
+            await pool.run(procfuncs.numpy_total, 10)
+
+
+async def test_fallback_runs_refused_modules_on_processes():
+    async with asi.InterpreterPool(1, fallback="process") as pool:
+        with pytest.warns(asi.FallbackWarning, match="numpy.*module 'procfuncs'"):
+            assert await pool.run(procfuncs.numpy_total, 100) == 4950
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once: no second warning
+            results = await asyncio.gather(*(pool.run(procfuncs.numpy_total, n) for n in range(5)))
+            assert results == [0, 0, 1, 3, 6]
+            # The decision is per module: procfuncs goes straight to processes now,
+            # workfuncs still runs in interpreters.
+            assert await pool.run(procfuncs.pid) != os.getpid()
+            assert await pool.run(workfuncs.interp_id) != asi.get_main().id
+            task = pool.submit(procfuncs.numpy_total, 3)
+            assert isinstance(task, asi.Task) and await task == 3
+
+
+async def test_fallback_task_can_be_cancelled():
+    async with asi.InterpreterPool(1, fallback="process") as pool:
+        with pytest.warns(asi.FallbackWarning):
+            await pool.run(procfuncs.numpy_total, 1)
+        task = pool.submit(procfuncs.read_ignoring_interrupts, 0, 0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await pool.run(procfuncs.numpy_total, 4) == 6
+
+
+def test_numpy_fallback_example_runs():
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "numpy_fallback.py")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "means: [4.0, 5.167, 6.0]",
+        "warning: FallbackWarning",
+        "checksums: [45, 4950, 499500]",
+        "pure: 45",
+    ]
