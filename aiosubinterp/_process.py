@@ -188,6 +188,7 @@ class ProcessPool:
             except Exception as exc:
                 raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
         self._size = size
+        self._concurrency = 1  # one task per process at a time (map() sizes its window by it)
         self._preload = names
         self._init_payload = init_payload
         self._max_tasks = max_tasks_per_worker or 0
@@ -893,7 +894,7 @@ class ProcessPool:
             return [p.pid for p in self._procs.values()]
 
     def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, state, busy, queued, submitted, completed, replaced workers.
+        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed, replaced.
 
         As InterpreterPool.statistics(); ``replaced`` counts workers that
         died or were killed after ignoring a cancellation.
@@ -901,8 +902,10 @@ class ProcessPool:
         with self._lock:
             return {
                 "size": self._size,
+                "concurrency": 1,
                 "state": self._state,
                 "busy": len(self._running),
+                "running": len(self._running),
                 "queued": len(self._queued),
                 "submitted": self._submitted,
                 "completed": self._completed,

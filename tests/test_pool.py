@@ -346,8 +346,16 @@ def test_unclosed_pool_warns(recwarn):
 
     pool = asyncio.run(main())
     import gc
+    import threading
+    import time
     import warnings
 
+    # The thread that started the interpreters holds the pool until it returns
+    # (a moment after the first result can arrive): let it finish.
+    deadline = time.monotonic() + 10
+    while any(t.name == "aiosubinterp-admin" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a helper thread of the pool did not finish"
+        time.sleep(0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         with pytest.warns(ResourceWarning, match="unclosed"):

@@ -84,8 +84,12 @@ def test_pool_garbage_collected_with_tasks_in_flight_does_not_hang(tmp_path):
     """, timeout=90)
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
-    assert proc.stdout.splitlines()[-2:] in (["warned True", "live 0"], ["warned True", "live 2"],
-                                            ["warned False", "live 2"])
+    warned, live = proc.stdout.splitlines()[-2:]
+    # Collected (a ResourceWarning; its workers go now or at exit), or still
+    # alive and holding its workers: 1 or 2, as the second may still be
+    # starting (interpreters are created one at a time).
+    assert (warned, live) in (("warned True", "live 0"), ("warned True", "live 2"),
+                              ("warned False", "live 1"), ("warned False", "live 2"))
 
 
 def test_two_loops_in_four_threads_share_a_pool_under_cancellation():
