@@ -205,7 +205,8 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
             )
         return super().submit(fn, *args, **kwargs)
 
-    def _submit_task(self, task: object, data: dict, time_delay: float) -> concurrent.futures.Future:
+    def _submit_task(self, task: object, data: dict,
+                     time_delay: float) -> concurrent.futures.Future:
         start = time.time()
         try:
             fn, args, kwargs = task_call(task, data)
@@ -262,23 +263,28 @@ class _WithoutThreadFrames:
         return {}
 
 
-def stop_frame_sampling(worker: distributed.Worker | None = None) -> None:
-    """Turn off distributed's statistical profiler in this process (see _WithoutThreadFrames).
+def _no_call_stack(keys: object = None) -> dict:
+    return {}
 
-    The sampling threads of this process's servers end at their next sample
-    (they stop when their thread has no frame); the worker's periodic
-    profile callback is removed.
+
+def stop_frame_sampling(worker: distributed.Worker | None = None) -> None:
+    """Keep distributed from calling sys._current_frames() here (see _WithoutThreadFrames).
+
+    Process-wide: the event-loop sampling threads of this process's servers
+    end at their next sample (they stop when their loop's thread has no
+    frame). For ``worker``: its periodic profile of task threads is removed,
+    and ``client.call_stack()`` gets no stacks from it.
     """
     import distributed.profile
-    import distributed.worker
 
-    for module in (distributed.profile, distributed.worker):
-        if getattr(module, "sys", None) is sys:
-            module.sys = _WithoutThreadFrames()  # type: ignore[attr-defined]
+    if getattr(distributed.profile, "sys", None) is sys:
+        distributed.profile.sys = _WithoutThreadFrames()  # type: ignore[attr-defined]
     if worker is not None:
         callback = worker.periodic_callbacks.pop("profile", None)
         if callback is not None:
             callback.stop()
+        if "call_stack" in worker.handlers:
+            worker.handlers["call_stack"] = _no_call_stack
 
 
 _installed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -320,7 +326,12 @@ def install_executor(
 
 
 def uninstall_executor(worker: distributed.Worker, name: str = "interpreters") -> None:
-    """Undo install_executor: remove the executor, restore the default, shut it down."""
+    """Undo install_executor: remove the executor, restore the default, shut it down.
+
+    Returns at once (it runs on the worker's event loop): the calls already
+    submitted still run, then the interpreters are destroyed on a helper
+    thread; the process does not exit before that.
+    """
     executor, previous_default = _installed.get(worker, {}).pop(name, (None, None))
     if executor is None:
         return
@@ -328,7 +339,7 @@ def uninstall_executor(worker: distributed.Worker, name: str = "interpreters") -
         del worker.executors[name]
     if previous_default is not None and worker.executors.get("default") is executor:
         worker.executors["default"] = previous_default
-    executor.shutdown(wait=True)
+    executor.shutdown(wait=False)
 
 
 class DaskInterpreterPlugin(WorkerPlugin):  # type: ignore[misc]
@@ -393,17 +404,24 @@ async def _gather(client: distributed.Client, future: distributed.Future) -> Any
 
 
 def _remote_error(exc: BaseException) -> BaseException:
-    """As InterpreterPool raises them: the task's own exception, caused by an ExecutionFailed."""
-    if isinstance(exc, (asyncio.CancelledError, ExecutionFailed)) or exc.__cause__ is not None:
+    """As InterpreterPool raises them: the task's own exception, caused by an ExecutionFailed.
+
+    The traceback that distributed attached (the worker's frames, then the
+    client's gather machinery) becomes the ExecutionFailed's text and is
+    dropped from the exception: its frames hold the Dask future, which would
+    keep the task's result alive on the cluster as long as the exception lives.
+    """
+    if isinstance(exc, asyncio.CancelledError):
         return exc
-    tp = type(exc)
-    type_name = f"{tp.__module__}.{tp.__qualname__}"
-    tb_text = "".join(traceback.format_exception(exc))
-    message = str(exc)
-    wrapper = ExecutionFailed(f"{type_name}: {message}" if message else type_name,
-                              type_name, tb_text)
-    exc.__cause__ = wrapper
-    return exc
+    cause = exc.__cause__
+    if not isinstance(cause, ExecutionFailed) and not isinstance(exc, ExecutionFailed):
+        tp = type(exc)
+        type_name = f"{tp.__module__}.{tp.__qualname__}"
+        tb_text = "".join(traceback.format_exception(exc))
+        message = str(exc)
+        exc.__cause__ = ExecutionFailed(f"{type_name}: {message}" if message else type_name,
+                                        type_name, tb_text)
+    return exc.with_traceback(None)
 
 
 class DaskPool:
@@ -437,10 +455,10 @@ class DaskPool:
                 "with distributed.Client(address) or Client(cluster) (asynchronous=True in async "
                 "code) and pass it"
             )
-        if client.status in ("closing", "closed"):
-            raise ValueError(f"DaskPool got a closed client ({client!r}): pass an open Client")
         if executor is not None and (not isinstance(executor, str) or not executor):
             raise TypeError(f"executor must be None or an executor name (str), got {executor!r}")
+        if client.status in ("closing", "closed"):
+            raise ValueError(f"DaskPool got a closed client ({client!r}): pass an open Client")
         self._client = client
         self._executor = executor
         self._closed = False
@@ -525,12 +543,12 @@ class DaskPool:
     def _settle(self, task: Task, relay: asyncio.Future) -> None:
         # Dropping the Dask future releases the task's result on the cluster.
         self._inflight.pop(task, None)
-        if task.done():
+        exc = None if relay.cancelled() else relay.exception()
+        if task.done():  # cancelled: the relay ended with Dask's cancellation error
             return
         if relay.cancelled():
             asyncio.Future.cancel(task)
             return
-        exc = relay.exception()
         if exc is not None:
             task.set_exception(_remote_error(exc))
         else:
@@ -538,11 +556,12 @@ class DaskPool:
 
     def _cancel_task(self, task: Task) -> None:
         # Called by Task.cancel() on the loop thread, before the Task is marked cancelled.
+        # The relay is not cancelled (distributed's gather does not expect that):
+        # it ends with Dask's cancellation error once the cancel reached the client.
         entry = self._inflight.get(task)
         if entry is None:
             return
-        dfut, relay = entry
-        relay.cancel()
+        dfut, _ = entry
         try:
             client_loop = self._client_loop(task.get_loop())
         except RuntimeError:  # the client closed or stopped: its tasks are gone with it
@@ -637,10 +656,10 @@ class DaskPool:
         Cancellation: the calls still in flight are cancelled.
         """
         self.close()
-        pending = list(self._inflight)
+        pending = dict(self._inflight)
         try:
             if pending:
-                await asyncio.wait(pending)
+                await asyncio.wait([relay for _, relay in pending.values()])
         except asyncio.CancelledError:
             for task in pending:
                 task.cancel()

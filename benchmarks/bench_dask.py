@@ -1,4 +1,4 @@
-"""Dask worker throughput on pure-Python CPU tasks: its thread executor vs aiosubinterp's interpreters.
+"""Dask worker throughput on pure-Python CPU tasks: thread executor vs aiosubinterp interpreters.
 
 One ``distributed.LocalCluster`` per contender: one worker process
 (``n_workers=1, threads_per_worker=2``, real processes, loopback TCP, no
