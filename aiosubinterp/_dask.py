@@ -459,6 +459,8 @@ class DaskPool:
             raise TypeError(f"executor must be None or an executor name (str), got {executor!r}")
         if client.status in ("closing", "closed"):
             raise ValueError(f"DaskPool got a closed client ({client!r}): pass an open Client")
+        # This process may run interpreters too (and a LocalCluster's scheduler).
+        stop_frame_sampling()
         self._client = client
         self._executor = executor
         self._closed = False

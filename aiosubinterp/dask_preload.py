@@ -2,7 +2,7 @@
 
     dask worker SCHEDULER --nthreads 8 --preload aiosubinterp.dask_preload
     dask worker SCHEDULER --preload aiosubinterp.dask_preload \\
-        --preload-argv "--interpreters 8 --interpreters-default"
+        --interpreters 8 --interpreters-name interpreters --interpreters-default
 
 Then tasks run in the worker's interpreters under
 ``dask.annotate(executor="interpreters")`` (or every task, with

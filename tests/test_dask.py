@@ -53,6 +53,9 @@ def _warm_up_distributed():
     distributed.utils._offload_executor.submit(int).result(timeout=TIMEOUT)
     # Worker processes make multiprocessing start its resource tracker (a pipe to it).
     multiprocessing.resource_tracker.ensure_running()
+    # These tests run interpreters in the process of in-process Dask servers: no
+    # server may sample frames meanwhile (the plugin and DaskPool also see to it).
+    _dask.stop_frame_sampling()
     yield
 
 
@@ -291,6 +294,15 @@ def test_plugin_with_a_failing_initializer_fails_the_tasks_clearly():
         assert client.submit(daskfuncs.add, 1, 2, pure=False).result(timeout=TIMEOUT) == 3
 
 
+def frame_sampling(dask_worker):
+    """(profile callback present, profiler sees frames, call stacks) in a worker's process."""
+    import distributed.profile
+
+    return ("profile" in dask_worker.periodic_callbacks,
+            bool(distributed.profile.sys._current_frames()),
+            dask_worker.handlers["call_stack"]())
+
+
 def test_processes_worker_with_the_preload_module(tmp_path):
     """A real worker process, set up by --preload aiosubinterp.dask_preload."""
     main = _core.main_interpreter_id()
@@ -304,7 +316,48 @@ def test_processes_worker_with_the_preload_module(tmp_path):
             assert ia != ib and main not in (ia, ib)
             # The client's script functions travel by value: a lambda here.
             assert client.submit(lambda: daskfuncs.spin(10)).result(timeout=TIMEOUT) == 285
+            # Dask's frame sampling is off in that process: left on, it kills the
+            # worker once it samples while interpreters run (see stop_frame_sampling).
+            assert list(client.run(frame_sampling).values()) == [(False, False, {})]
+            assert not any(client.call_stack().values())
+            before = set(client.scheduler_info()["workers"])
+            n = 400_000
+            assert client.gather(client.map(daskfuncs.spin, [n] * 30, pure=False)) == [
+                daskfuncs.spin(n)] * 30
+            assert set(client.scheduler_info()["workers"]) == before
         assert client.submit(daskfuncs.where, pure=False).result(timeout=TIMEOUT)[1] == main
+
+
+def test_dask_worker_command_with_the_preload_and_its_options():
+    """The README's `dask worker ... --preload aiosubinterp.dask_preload --interpreters N`."""
+    dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
+    main = _core.main_interpreter_id()
+    with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp",
+                      dashboard_address=None) as cluster, \
+            Client(cluster, timeout=TIMEOUT) as client:
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONPATH": os.pathsep.join([ROOT, os.path.dirname(__file__)])}
+        worker = subprocess.Popen(
+            [dask_cli, "worker", cluster.scheduler_address, "--nthreads", "1", "--no-nanny",
+             "--no-dashboard", "--host", "127.0.0.1", "--preload", "aiosubinterp.dask_preload",
+             "--interpreters", "2", "--interpreters-name", "interp", "--interpreters-default"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            client.wait_for_workers(1, timeout=TIMEOUT)
+            # Default executor: no annotation needed. 2 interpreters although --nthreads 1.
+            where = client.gather(client.map(daskfuncs.where, range(4), pure=False))
+            assert all(pid == worker.pid and interp != main for pid, interp in where)
+            with dask.annotate(executor="interp"):
+                assert client.submit(daskfuncs.add, 1, 2).result(timeout=TIMEOUT) == 3
+            info = client.run(lambda dask_worker: (
+                type(dask_worker.executors["interp"]).__name__,
+                dask_worker.executors["interp"]._max_workers,
+                dask_worker.executors["default"] is dask_worker.executors["interp"]))
+            assert list(info.values()) == [("DaskInterpreterExecutor", 2, True)]
+        finally:
+            worker.terminate()  # SIGTERM: the worker closes gracefully, tearing the preload down
+            _, err = worker.communicate(timeout=TIMEOUT)
+        assert worker.returncode == 0, err[-3000:]
 
 
 def test_preload_options_are_validated():
@@ -449,6 +502,34 @@ async def test_pool_on_interpreter_workers_in_a_worker_process():
                 await pool.run(daskfuncs.fail, "in a process")
             assert "in fail" in info.value.__cause__.remote_traceback
             assert await pool.run(lambda: 7) == 7
+
+
+# -- packaging ---------------------------------------------------------------------------------
+
+
+def test_dask_stays_optional_and_worker_code_stays_light():
+    code = ("import sys, aiosubinterp, aiosubinterp._daskwork\n"
+            "def loaded():\n"
+            "    names = ('asyncio', 'uvloop', 'dask', 'distributed', 'tornado', 'cloudpickle')\n"
+            "    print(sorted(m for m in names if m in sys.modules))\n"
+            "loaded(); aiosubinterp.InterpreterPool; loaded()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    # What interpreters import for Dask tasks imports nothing heavy; InterpreterPool
+    # needs asyncio, and nothing of Dask.
+    assert proc.stdout.split("\n")[:2] == ["[]", "['asyncio']"]
+
+
+def test_missing_distributed_gives_a_clear_error():
+    code = ("import sys; sys.modules['distributed'] = None; import aiosubinterp\n"
+            "try:\n    aiosubinterp.DaskPool\n"
+            "except ImportError as exc:\n    print(exc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    assert "needs dask and distributed" in proc.stdout
+    assert "pip install 'dask[distributed]'" in proc.stdout
 
 
 # -- the example ------------------------------------------------------------------------------
