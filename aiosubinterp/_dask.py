@@ -167,9 +167,9 @@ class _Outcome:
 class DaskInterpreterExecutor(InterpreterPoolExecutor):
     """An InterpreterPoolExecutor that also runs a Dask worker's tasks.
 
-    Install it in a worker with ``DaskInterpreterPlugin`` (or the
-    ``aiosubinterp.dask_preload`` module, or ``Worker(executor={"interpreters":
-    DaskInterpreterExecutor()})``), then run tasks on it with
+    Install it in a worker with ``DaskInterpreterPlugin`` or the
+    ``aiosubinterp.dask_preload`` module (they also turn off the worker's
+    frame sampling, which would crash it), then run tasks on it with
     ``dask.annotate(executor="interpreters")``. Each task then runs in one of
     the worker's interpreters, each with its own GIL: one Dask worker process
     uses every core for pure-Python tasks.
@@ -524,7 +524,8 @@ class DaskPool:
             else:
                 dfut = self._client.submit(call, *args, pure=False)
         except Exception as exc:
-            if type(exc) is TypeError or "pickl" in str(exc).lower():
+            text = str(exc).lower()
+            if isinstance(exc, TypeError) and ("pickl" in text or "serializ" in text):
                 raise NotShareableError(
                     f"Dask cannot send the call {name}() to the cluster: "
                     f"{type(exc).__name__}: {exc}. Pass picklable arguments."
