@@ -39,7 +39,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
 try:
-    import cloudpickle
+    import cloudpickle  # type: ignore[import-untyped]
     import dask
     import distributed
     from dask import _task_spec as _spec
@@ -69,7 +69,7 @@ __all__ = [
 try:
     from distributed.worker import _run_task_simple
 except ImportError:  # pragma: no cover - another distributed
-    _run_task_simple = None
+    _run_task_simple = None  # type: ignore[assignment]
 
 _CONTAINERS: dict[type, str] = {_spec.List: "l", _spec.Tuple: "t", _spec.Set: "s"}
 
@@ -91,7 +91,7 @@ def _is_shallow(arg: object) -> bool:
     return not isinstance(arg, _spec.GraphNode)
 
 
-def _resolve(arg: object, data: dict) -> object:
+def _resolve(arg: object, data: dict[Any, Any]) -> object:
     """The value of a shallow argument, as dask's Task.__call__ would compute it."""
     if isinstance(arg, _spec.TaskRef):
         return data[arg.key]
@@ -100,7 +100,7 @@ def _resolve(arg: object, data: dict) -> object:
     return arg
 
 
-def to_expression(node: object, data: dict, local: bool = False) -> tuple:
+def to_expression(node: Any, data: dict[Any, Any], local: bool = False) -> tuple[Any, ...]:
     """The aiosubinterp._daskwork expression that computes node.
 
     ``data`` holds the values of the keys the task depends on. With
@@ -115,22 +115,23 @@ def to_expression(node: object, data: dict, local: bool = False) -> tuple:
         return ("r", node.target) if local else ("v", data[node.target])
     if isinstance(node, _spec.DataNode):
         return ("v", node.value)
-    kind = type(node)
+    task: Any = node  # a Task (or container): isinstance narrowing would hide its fields
+    kind = type(task)
     if kind in _CONTAINERS:
-        return (_CONTAINERS[kind], tuple(to_expression(a, data, local) for a in node.args))
+        return (_CONTAINERS[kind], tuple(to_expression(a, data, local) for a in task.args))
     if kind is _spec.Dict:
-        items = node.args
+        items = task.args
         return ("d", tuple((to_expression(items[i], data, local),
                             to_expression(items[i + 1], data, local))
                            for i in range(0, len(items), 2)))
-    if kind is _spec.Task and node.func is _spec._execute_subgraph:
-        inner, outkey, inkeys, *deps = node.args
+    if kind is _spec.Task and task.func is _spec._execute_subgraph:
+        inner, outkey, inkeys, *deps = task.args
         graph = {key: to_expression(sub, data, True) for key, sub in inner.items()}
         return ("g", graph, outkey, tuple(inkeys),
                 tuple(to_expression(d, data, local) for d in deps))
     if kind is _spec.Task:
-        return ("c", node.func, tuple(to_expression(a, data, local) for a in node.args),
-                tuple((k, to_expression(v, data, local)) for k, v in node.kwargs.items()))
+        return ("c", task.func, tuple(to_expression(a, data, local) for a in task.args),
+                tuple((k, to_expression(v, data, local)) for k, v in task.kwargs.items()))
     raise _Untranslatable(
         f"aiosubinterp cannot run a dask {kind.__module__}.{kind.__qualname__} task in an "
         "interpreter; run it on the worker's default executor (do not annotate it with "
@@ -138,7 +139,8 @@ def to_expression(node: object, data: dict, local: bool = False) -> tuple:
     )
 
 
-def task_call(task: object, data: dict) -> tuple[Callable[..., Any], tuple, dict]:
+def task_call(task: Any, data: dict[Any, Any]
+              ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """(fn, args, kwargs) to send to an interpreter for a dask task."""
     if (type(task) is _spec.Task and task.func is not _spec._execute_subgraph
             and all(_is_shallow(a) for a in task.args)
@@ -157,7 +159,7 @@ class _Outcome:
 
     __slots__ = ("future",)
 
-    def __init__(self, future: concurrent.futures.Future) -> None:
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
         self.future = future
 
     def __call__(self, data: object) -> Any:
@@ -189,24 +191,25 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
     Thread-safety: as InterpreterPoolExecutor.
     """
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
         if fn is _run_task_simple and _run_task_simple is not None and len(args) == 3:
             return self._submit_task(*args)
         module = getattr(fn, "__module__", None) or ""
         if module == "distributed" or module.startswith("distributed."):
+            version = getattr(distributed, "__version__", "?")
             raise RuntimeError(
                 f"DaskInterpreterExecutor got {module}.{getattr(fn, '__qualname__', fn)!r}, a "
                 "wrapper of this version of distributed that it does not know "
-                f"(distributed {distributed.__version__}); it cannot run in an interpreter. "
+                f"(distributed {version}); it cannot run in an interpreter. "
                 "Use the worker's default executor, or a distributed version aiosubinterp "
                 "supports (>= 2025.1)."
             )
         return super().submit(fn, *args, **kwargs)
 
-    def _submit_task(self, task: object, data: dict,
-                     time_delay: float) -> concurrent.futures.Future:
+    def _submit_task(self, task: object, data: dict[Any, Any],
+                     time_delay: float) -> concurrent.futures.Future[Any]:
         start = time.time()
         try:
             fn, args, kwargs = task_call(task, data)
@@ -215,13 +218,13 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
             # (a value that cannot cross, a broken or shut-down executor)
             inner = concurrent.futures.Future()
             inner.set_exception(exc)
-        outer: concurrent.futures.Future = concurrent.futures.Future()
+        outer: concurrent.futures.Future[Any] = concurrent.futures.Future()
         outer.set_running_or_notify_cancel()
         inner.add_done_callback(functools.partial(_report, outer, start, time_delay))
         return outer
 
-    def _submit_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict
-                     ) -> concurrent.futures.Future:
+    def _submit_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+                     ) -> concurrent.futures.Future[Any]:
         try:
             return super().submit(fn, *args, **kwargs)
         except NotShareableError as by_name:
@@ -232,11 +235,11 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
             return super().submit(_daskwork.call_pickled, blob)
 
 
-def _report(outer: concurrent.futures.Future, start: float, time_delay: float,
-            inner: concurrent.futures.Future) -> None:
+def _report(outer: concurrent.futures.Future[Any], start: float, time_delay: float,
+            inner: concurrent.futures.Future[Any]) -> None:
     """The message a Dask worker expects from _run_task_simple, for the finished call."""
     try:
-        msg = _run_task_simple(_Outcome(inner), {}, time_delay)  # type: ignore[misc]
+        msg = _run_task_simple(_Outcome(inner), {}, time_delay)  # type: ignore[arg-type]
         msg["start"] = start + time_delay
     except BaseException as exc:  # noqa: BLE001 - hand it to the worker, as a thread would
         outer.set_exception(exc)
@@ -263,7 +266,7 @@ class _WithoutThreadFrames:
         return {}
 
 
-def _no_call_stack(keys: object = None) -> dict:
+def _no_call_stack(keys: object = None) -> dict[Any, Any]:
     return {}
 
 
@@ -278,7 +281,7 @@ def stop_frame_sampling(worker: distributed.Worker | None = None) -> None:
     import distributed.profile
 
     if getattr(distributed.profile, "sys", None) is sys:
-        distributed.profile.sys = _WithoutThreadFrames()  # type: ignore[attr-defined]
+        distributed.profile.sys = _WithoutThreadFrames()  # type: ignore[attr-defined,assignment]
     if worker is not None:
         callback = worker.periodic_callbacks.pop("profile", None)
         if callback is not None:
@@ -287,7 +290,7 @@ def stop_frame_sampling(worker: distributed.Worker | None = None) -> None:
             worker.handlers["call_stack"] = _no_call_stack
 
 
-_installed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_installed: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def install_executor(
@@ -342,7 +345,7 @@ def uninstall_executor(worker: distributed.Worker, name: str = "interpreters") -
     executor.shutdown(wait=False)
 
 
-class DaskInterpreterPlugin(WorkerPlugin):  # type: ignore[misc]
+class DaskInterpreterPlugin(WorkerPlugin):
     """A Dask worker plugin: each worker gets a DaskInterpreterExecutor.
 
     Args:
@@ -369,7 +372,7 @@ class DaskInterpreterPlugin(WorkerPlugin):  # type: ignore[misc]
         default: bool = False,
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
         max_tasks_per_interpreter: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or name in ("offload", "actor"):
@@ -399,8 +402,8 @@ class DaskInterpreterPlugin(WorkerPlugin):  # type: ignore[misc]
 # -- in front of Dask: DaskPool ----------------------------------------------------------------
 
 
-async def _gather(client: distributed.Client, future: distributed.Future) -> Any:
-    return await client.gather(future, asynchronous=True)
+async def _gather(client: distributed.Client, future: distributed.Future[Any]) -> Any:
+    return await client.gather(future, asynchronous=True)  # type: ignore[no-untyped-call]
 
 
 def _remote_error(exc: BaseException) -> BaseException:
@@ -465,8 +468,8 @@ class DaskPool:
         self._executor = executor
         self._closed = False
         # Task -> (its Dask future, the relay that gathers its result)
-        self._inflight: dict[Task, tuple[distributed.Future, asyncio.Future]] = {}
-        self._cancels: set[asyncio.Future] = set()
+        self._inflight: dict[Task, tuple[distributed.Future[Any], asyncio.Future[Any]]] = {}
+        self._cancels: set[asyncio.Future[Any]] = set()
         self._submitted = 0
 
     @property
@@ -499,7 +502,7 @@ class DaskPool:
                 "running: create the Client (asynchronous=True) on the loop that uses the pool, "
                 "or use a synchronous Client"
             )
-        return client_loop
+        return client_loop  # type: ignore[no-any-return]
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) on the cluster; return its Task at once.
@@ -519,7 +522,7 @@ class DaskPool:
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         try:
             if self._executor is not None:
-                with dask.annotate(executor=self._executor):
+                with dask.annotate(executor=self._executor):  # type: ignore[attr-defined]
                     dfut = self._client.submit(call, *args, pure=False)
             else:
                 dfut = self._client.submit(call, *args, pure=False)
@@ -533,7 +536,7 @@ class DaskPool:
             raise
         task = Task(loop, self, next(_pool._task_ids), name, None)
         if client_loop is loop:
-            relay: asyncio.Future = loop.create_task(_gather(self._client, dfut))
+            relay: asyncio.Future[Any] = loop.create_task(_gather(self._client, dfut))
         else:
             relay = asyncio.wrap_future(
                 asyncio.run_coroutine_threadsafe(_gather(self._client, dfut), client_loop),
@@ -543,14 +546,14 @@ class DaskPool:
         self._submitted += 1
         return task
 
-    def _settle(self, task: Task, relay: asyncio.Future) -> None:
+    def _settle(self, task: Task, relay: asyncio.Future[Any]) -> None:
         # Dropping the Dask future releases the task's result on the cluster.
         self._inflight.pop(task, None)
         exc = None if relay.cancelled() else relay.exception()
         if task.done():  # cancelled: the relay ended with Dask's cancellation error
             return
         if relay.cancelled():
-            asyncio.Future.cancel(task)
+            asyncio.Future[Any].cancel(task)
             return
         if exc is not None:
             task.set_exception(_remote_error(exc))
@@ -570,16 +573,17 @@ class DaskPool:
         except RuntimeError:  # the client closed or stopped: its tasks are gone with it
             return
         loop = task.get_loop()
-        coro = self._client.cancel([dfut], asynchronous=True, reason="DaskPool task cancelled")
+        coro = self._client.cancel(  # type: ignore[no-untyped-call]
+            [dfut], asynchronous=True, reason="DaskPool task cancelled")
         if client_loop is loop:
-            done: asyncio.Future = loop.create_task(coro)
+            done: asyncio.Future[Any] = loop.create_task(coro)
         else:
             done = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, client_loop),
                                        loop=loop)
         self._cancels.add(done)
         done.add_done_callback(self._cancel_done)
 
-    def _cancel_done(self, done: asyncio.Future) -> None:
+    def _cancel_done(self, done: asyncio.Future[Any]) -> None:
         self._cancels.discard(done)
         if not done.cancelled():
             done.exception()  # the cluster went away meanwhile: nothing left to cancel
@@ -622,7 +626,7 @@ class DaskPool:
             source: Any = iterable.__aiter__()
             is_async = True
         else:
-            source = iter(iterable)  # type: ignore[arg-type]
+            source = iter(iterable)
             is_async = False
         inflight: collections.deque[Task] = collections.deque()
         exhausted = False

@@ -26,12 +26,12 @@ from typing import Any
 __all__ = ["call_pickled", "evaluate"]
 
 
-def evaluate(expr: tuple) -> Any:
+def evaluate(expr: tuple[Any, ...]) -> Any:
     """The value of a task expression (see the module docstring)."""
     return _eval(expr, None)
 
 
-def _eval(expr: tuple, scope: _Scope | None) -> Any:
+def _eval(expr: tuple[Any, ...], scope: _Scope | None) -> Any:
     tag = expr[0]
     if tag == "v":
         return expr[1]
@@ -64,7 +64,7 @@ class _Scope:
 
     __slots__ = ("done", "graph")
 
-    def __init__(self, graph: dict, bound: dict) -> None:
+    def __init__(self, graph: dict[Any, Any], bound: dict[Any, Any]) -> None:
         self.graph = graph
         self.done = bound
 
