@@ -396,7 +396,13 @@ async def test_pool_run_submit_map():
                 yield i
 
         assert [r async for r in pool.map(daskfuncs.add, items())] == list(range(5))
-        assert pool.statistics()["submitted"] >= 50 and pool.statistics()["inflight"] == 0
+        stats = pool.statistics()
+        assert stats["submitted"] >= 50 and stats["inflight"] == 0, stats
+        # Leaving a map early cancels the calls still in flight.
+        async with contextlib.aclosing(pool.map(daskfuncs.spin, [10**5] * 30, window=8)) as it:
+            async for _ in it:
+                break
+        await wait_released(client, "spin-")
     assert pool.closed
 
 
@@ -480,6 +486,40 @@ async def test_pool_bad_clients():
         asi.DaskPool(client)
     with pytest.raises(asi.PoolClosedError, match="Dask client of this DaskPool is closed"):
         pool.submit(daskfuncs.add, 1)
+
+
+async def test_pool_with_a_client_that_has_not_connected():
+    async with async_cluster() as client:
+        pending = Client(client.scheduler.address, asynchronous=True, timeout=TIMEOUT)
+        try:
+            pool = asi.DaskPool(pending)
+            with pytest.raises(RuntimeError, match="has not connected .*`await` an asynchronous"):
+                pool.submit(daskfuncs.add, 1)
+            await pending
+            assert await pool.run(daskfuncs.add, 1) == 1
+        finally:
+            await pending.close()
+
+
+def test_pool_with_a_client_of_a_stopped_loop():
+    with sync_cluster() as sync_client:
+        address = sync_client.scheduler.address
+        other = asyncio.new_event_loop()
+        try:
+            async def connect():
+                return await Client(address, asynchronous=True, timeout=TIMEOUT)
+
+            client = other.run_until_complete(connect())
+
+            async def use():
+                with pytest.raises(RuntimeError, match="belongs to another event loop, which is "
+                                                       "not running"):
+                    asi.DaskPool(client).submit(daskfuncs.add, 1)
+
+            asyncio.run(use())
+            other.run_until_complete(client.close())
+        finally:
+            other.close()
 
 
 def test_pool_needs_a_running_loop():
