@@ -4,9 +4,10 @@ Every cluster is a real ``distributed.LocalCluster`` on loopback (TCP on
 127.0.0.1, no dashboard), started and closed by its test. Most use an
 in-process worker (``processes=False``: the same worker code, fast to
 start, and its interpreters are visible to the leak check); the tests
-marked "processes" use a real worker process (``n_workers=1,
-threads_per_worker=2``), started with multiprocessing's spawn, Dask's
-default, which is safe next to live interpreters (fork is not).
+with "process" or "worker_command" in their name use real worker processes
+(``n_workers=1, threads_per_worker=2``, or the ``dask worker`` command),
+started with multiprocessing's spawn, Dask's default, which is safe next to
+live interpreters (fork is not).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 60
 CLUSTER = {"n_workers": 1, "threads_per_worker": 2, "host": "127.0.0.1", "protocol": "tcp",
            "dashboard_address": None}
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -404,6 +404,31 @@ async def test_pool_run_submit_map():
                 break
         await wait_released(client, "spin-")
     assert pool.closed
+
+
+async def application(pool):
+    """Code written against InterpreterPool's API: what it sees, outcomes and error types."""
+    seen = [await pool.run(daskfuncs.add, 1, 2, c=3),
+            await pool.submit(daskfuncs.total, [1, 2, 3]),
+            [r async for r in pool.map(daskfuncs.spin, range(6))],
+            sorted([r async for r in pool.map(daskfuncs.spin, range(6), ordered=False)])]
+    for fn, args in [(daskfuncs.fail, ("x",)), (daskfuncs.add, ("a", 1)),
+                     (daskfuncs.total, ([1, None],))]:
+        try:
+            await pool.run(fn, *args)
+        except Exception as exc:  # noqa: BLE001
+            seen.append((type(exc), str(exc), type(exc.__cause__)))
+    return seen
+
+
+async def test_swapping_interpreter_pool_for_dask_pool():
+    async with asi.InterpreterPool(2) as pool:
+        local = await application(pool)
+    async with async_cluster() as client, asi.DaskPool(client) as pool:
+        remote = await application(pool)
+    assert remote == local
+    assert local[-1][0] is TypeError and local[-3][0] is daskfuncs.Oops
+    assert local[-1][2] is asi.ExecutionFailed
 
 
 async def test_pool_errors_come_back_as_interpreter_pool_raises_them():
