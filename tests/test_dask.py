@@ -27,8 +27,8 @@ distributed = pytest.importorskip(
     "distributed",
     reason="the Dask integration needs dask[distributed] (the test extra installs it)")
 
-import daskfuncs  # noqa: E402
 import dask  # noqa: E402
+import daskfuncs  # noqa: E402
 from dask import _task_spec as spec  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 from distributed.worker import _run_task_simple  # noqa: E402
