@@ -20,6 +20,9 @@ __all__ = [
     "BrokenInterpreterPool",
     "BrokenPoolError",
     "ChannelClosedError",
+    "DaskInterpreterExecutor",
+    "DaskInterpreterPlugin",
+    "DaskPool",
     "EndOfChannel",
     "ExecutionFailed",
     "FallbackWarning",
@@ -85,6 +88,10 @@ _LAZY = {
     "share": "_core",
     "SharedBuffer": "_core",
     "SharedLock": "_core",
+    # Dask: imported on first use only, so dask and distributed stay optional.
+    "DaskInterpreterExecutor": "_dask",
+    "DaskInterpreterPlugin": "_dask",
+    "DaskPool": "_dask",
 }
 
 if TYPE_CHECKING:
@@ -121,6 +128,9 @@ if TYPE_CHECKING:
     from aiosubinterp._core import share as share
     from aiosubinterp._core import SharedBuffer as SharedBuffer
     from aiosubinterp._core import SharedLock as SharedLock
+    from aiosubinterp._dask import DaskInterpreterExecutor as DaskInterpreterExecutor
+    from aiosubinterp._dask import DaskInterpreterPlugin as DaskInterpreterPlugin
+    from aiosubinterp._dask import DaskPool as DaskPool
 
 
 def __getattr__(name: str) -> object:
