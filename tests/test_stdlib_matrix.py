@@ -206,20 +206,22 @@ def test_stdlib_modules_in_several_workers(tmp_path, group):
         f"{verdict}: {', '.join(items)}" for verdict, items in verdicts.items() if items))
 
 
-def test_keyword_calls_of_c_functions_in_replaced_workers(tmp_path):
+def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
     # CPython 3.12.0-3.12.3 cache the keyword names of a C function in memory
-    # of the interpreter that first calls it with keywords (gh-119213): with
-    # workers destroyed and replaced after each task, the cache dangles at
-    # once. aiosubinterp._pool primes those caches from main.
+    # of the interpreter that first calls it with keywords (gh-119213): once
+    # the first pool's interpreters are destroyed, the second pool's calls use
+    # the dangling cache. aiosubinterp._pool primes those caches from main.
     script = tmp_path / "kw_child.py"
     script.write_text(textwrap.dedent("""
         import asyncio
         import aiosubinterp as asi, workfuncs
 
         async def main():
-            async with asi.InterpreterPool(2, max_tasks_per_interpreter=1) as pool:
-                results = await asyncio.gather(*(pool.run(workfuncs.keyword_calls) for _ in range(6)))
-                assert pool.statistics()["completed"] == 6
+            results = []
+            for _ in range(3):
+                async with asi.InterpreterPool(2) as pool:
+                    results += await asyncio.gather(*(pool.run(workfuncs.keyword_calls)
+                                                      for _ in range(4)))
             assert all(r == results[0] for r in results)
             assert results[0] == workfuncs.keyword_calls(), results[0]
             print("ok", flush=True)
