@@ -240,7 +240,8 @@ class _Engine:
                 "max_tasks_per_interpreter must be None or a positive int, "
                 f"got {max_tasks_per_interpreter!r}"
             )
-        if not isinstance(cancel_grace, (int, float)) or cancel_grace < 0:
+        if (isinstance(cancel_grace, bool) or not isinstance(cancel_grace, (int, float))
+                or not cancel_grace >= 0):  # NaN too: it would make a cancel wait forever
             raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
         init_payload = None
         if initializer is not None:
