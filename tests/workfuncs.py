@@ -291,7 +291,8 @@ def _ex_csv():
 def _ex_uuid():
     import uuid
 
-    return uuid.uuid5(uuid.NAMESPACE_DNS, "python.org").hex, uuid.uuid1().version, uuid.uuid4().version
+    named = uuid.uuid5(uuid.NAMESPACE_DNS, "python.org")
+    return named.hex, uuid.uuid1().version, uuid.uuid4().version
 
 
 def _ex_logging():
@@ -418,7 +419,8 @@ def _ex_sqlite3():
 def _ex_tomllib():
     import tomllib
 
-    return tomllib.loads('a = 1\nb = [1.5, "x"]\n[c]\nd = 1979-05-27T07:32:00Z\n')["c"]["d"].isoformat()
+    doc = tomllib.loads('a = 1\nb = [1.5, "x"]\n[c]\nd = 1979-05-27T07:32:00Z\n')
+    return doc["a"], doc["b"], doc["c"]["d"].isoformat()
 
 
 def _ex_concurrent_futures():
@@ -761,8 +763,8 @@ def _ex_string():
 def _ex_difflib():
     import difflib
 
-    return list(difflib.unified_diff(["a\n", "b\n"], ["a\n", "c\n"], "x", "y")), difflib.SequenceMatcher(
-        None, "abcd", "bcde").ratio()
+    diff = list(difflib.unified_diff(["a\n", "b\n"], ["a\n", "c\n"], "x", "y"))
+    return diff, difflib.SequenceMatcher(None, "abcd", "bcde").ratio()
 
 
 def _ex_pprint():
