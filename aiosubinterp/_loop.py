@@ -89,6 +89,9 @@ class LoopHub:
         self._owned = _Owned(self.core)
         loop.add_reader(self.core.fileno(), self.drain)
         self._finalizer = weakref.finalize(loop, _release, self._owned)
+        # Not at exit: the exit sweep (_core._shutdown_all) destroys the
+        # interpreters, and a helper thread closing the pool meanwhile races it.
+        self._finalizer.atexit = False
         # Started by hand so the loop registers it: it is closed (and our
         # finally runs) when the loop shuts down its async generators.
         self._guard = _shutdown_guard(self)

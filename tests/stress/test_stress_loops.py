@@ -215,3 +215,25 @@ async def test_channel_end_used_after_its_first_loop_closed():
     assert await recv.recv() == 2
     send.close()
     recv.close()
+
+
+def test_exit_with_a_loop_never_closed_and_its_default_pool(tmp_path):
+    from stresshelp import run_script
+
+    proc = run_script(tmp_path, """
+        import asyncio
+        import aiosubinterp as asi, workfuncs
+
+        loop = asyncio.new_event_loop()  # never closed: its hub and pools live until exit
+        keep = []
+
+        async def main():
+            keep.append(asi.InterpreterPool(1))
+            await keep[0].start()
+            return await asi.run(workfuncs.square, 3)
+
+        print(loop.run_until_complete(main()), flush=True)
+    """, env={"PYTHONWARNINGS": "ignore::ResourceWarning"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "9\n"
+    assert "Traceback" not in proc.stderr, proc.stderr
