@@ -75,10 +75,18 @@ def refusal_from(exc: BaseException) -> ModuleRefusedError | None:
     """If exc is CPython's "module X does not support loading in subinterpreters", explain it."""
     if not isinstance(exc, ImportError) or isinstance(exc, ModuleRefusedError):
         return None
-    text = str(exc)
-    if _REFUSAL not in text:
+    # An ImportError raised while handling a refusal is explained by it: on
+    # 3.12, xml.etree.ElementTree's parser says "No module named expat" when
+    # pyexpat refused to load.
+    refusal: BaseException | None = exc
+    for _ in range(8):
+        if not isinstance(refusal, ImportError) or _REFUSAL in str(refusal):
+            break
+        refusal = refusal.__cause__ or refusal.__context__
+    if not isinstance(refusal, ImportError) or _REFUSAL not in str(refusal):
         return None
-    module = exc.name or text.split("module ", 1)[-1].split(" ", 1)[0]
+    text = str(refusal)
+    module = refusal.name or text.split("module ", 1)[-1].split(" ", 1)[0]
     return ModuleRefusedError(
         f"the extension module {module!r} refuses to load in a subinterpreter with its own "
         "GIL (it was not built for multiple interpreters). Run this function where the "

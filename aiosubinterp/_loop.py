@@ -4,7 +4,9 @@ A hub is an ext-level wakeup fd plus a completion list. Its loop watches the
 fd with add_reader and resolves tasks from the completions; no thread is
 parked per task and nothing polls. The hub, and the loop's default pool, are
 closed when the loop shuts down its async generators (asyncio.run and
-asyncio.Runner do) or, failing that, when the loop is garbage-collected.
+asyncio.Runner do) or, failing that (loop.close() alone), when the loop is
+garbage-collected: its fd is closed, its default pool's running tasks are
+interrupted and the pool is closed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,40 @@ from aiosubinterp import _core
 
 __all__ = ["LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
 
+# loop -> weakref to its LoopHub. A running loop keeps its hub alive (the
+# add_reader callback), and the hub refers back to the loop (its shutdown
+# guard holds the loop's async-generator finalizer). Held strongly here, the
+# hub would keep a loop closed without shutdown_asyncgens() (loop.close()
+# outside asyncio.run) alive forever, with its wakeup fd and default pool.
 _hubs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _hubs_lock = threading.Lock()
+
+
+class _Owned:
+    """What a hub must release if its loop dies without shutting down: the fd, the default pool."""
+
+    __slots__ = ("core", "default_pool")
+
+    def __init__(self, core) -> None:
+        self.core = core
+        self.default_pool = None
+
+
+def _release(owned: _Owned) -> None:
+    # Runs when the loop is collected (from the garbage collector, on any
+    # thread, perhaps while this thread holds a pool's lock): hand the pool
+    # to a helper thread; closing the fd takes no Python lock.
+    pool, owned.default_pool = owned.default_pool, None
+    if pool is not None:
+        from aiosubinterp import _admin
+
+        _admin.spawn(_close_orphan, pool)
+    owned.core.close()
+
+
+def _close_orphan(pool) -> None:
+    pool._interrupt_all()  # nobody can receive these results any more
+    pool.close()
 
 
 def wakeup_mechanism() -> str:
@@ -50,11 +84,14 @@ class LoopHub:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.core = _core.Hub(use_pipe=wakeup_mechanism() == "pipe")
         self.pending: dict[int, object] = {}
-        self.default_pool = None
         self.closed = False
         self._loop_ref = weakref.ref(loop)
+        self._owned = _Owned(self.core)
         loop.add_reader(self.core.fileno(), self.drain)
-        weakref.finalize(loop, self.core.close)
+        self._finalizer = weakref.finalize(loop, _release, self._owned)
+        # Not at exit: the exit sweep (_core._shutdown_all) destroys the
+        # interpreters, and a helper thread closing the pool meanwhile races it.
+        self._finalizer.atexit = False
         # Started by hand so the loop registers it: it is closed (and our
         # finally runs) when the loop shuts down its async generators.
         self._guard = _shutdown_guard(self)
@@ -62,6 +99,15 @@ class LoopHub:
             self._guard.asend(None).send(None)
         except StopIteration:
             pass
+
+    @property
+    def default_pool(self):
+        """The pool aiosubinterp.run() uses on this loop (None until first use)."""
+        return self._owned.default_pool
+
+    @default_pool.setter
+    def default_pool(self, pool) -> None:
+        self._owned.default_pool = pool
 
     def drain(self) -> None:
         pending = self.pending
@@ -90,8 +136,9 @@ class LoopHub:
             if loop is not None and not loop.is_closed():
                 loop.remove_reader(self.core.fileno())
             self.core.close()
+            self._finalizer.detach()
             with _hubs_lock:
-                if loop is not None and _hubs.get(loop) is self:
+                if loop is not None and _lookup(loop) is self:
                     del _hubs[loop]
 
 
@@ -102,11 +149,17 @@ async def _shutdown_guard(hub: LoopHub):
         await hub.shutdown()
 
 
+def _lookup(loop: asyncio.AbstractEventLoop) -> LoopHub | None:
+    ref = _hubs.get(loop)
+    return None if ref is None else ref()
+
+
 def hub_for(loop: asyncio.AbstractEventLoop) -> LoopHub:
-    hub = _hubs.get(loop)
+    hub = _lookup(loop)
     if hub is None or hub.closed:
         with _hubs_lock:
-            hub = _hubs.get(loop)
+            hub = _lookup(loop)
             if hub is None or hub.closed:
-                hub = _hubs[loop] = LoopHub(loop)
+                hub = LoopHub(loop)
+                _hubs[loop] = weakref.ref(hub)
     return hub

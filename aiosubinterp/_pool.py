@@ -15,7 +15,7 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback
+from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback, _worker
 from aiosubinterp._errors import (
     BrokenPoolError,
     NotShareableError,
@@ -53,6 +53,75 @@ _MAX_CONCURRENCY = 10_000
 def blocked_modules() -> tuple[str, ...]:
     """C accelerators kept out of workers on this CPython (their pure-Python twins are used)."""
     return _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
+
+
+# -- shim: CPython 3.12.0-3.12.3, gh-119213 (fixed in 3.12.4) ------------------
+# The first call with keyword arguments of an Argument Clinic function of an
+# extension module (math.isclose(rel_tol=...), zlib.compress(level=...),
+# SimpleQueue.get(block=...)) caches its keyword names in a process-wide
+# struct, as a tuple allocated by the calling interpreter. Made in a worker,
+# the tuple dangles once that worker is destroyed: heap corruption, abort at
+# exit. Making those first calls in main, before any worker starts, keeps the
+# tuples in memory that lives as long as the process. Each call passes a
+# bogus keyword, so it fails right after the cache is filled, doing nothing.
+_PRIME_ARG_PARSERS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 4)
+_PRIME_SKIP = ("_test", "xx", "_xx", "_tkinter", "_ctypes_test", "readline", "_curses",
+               "audioop", "nis", "spwd", "ossaudiodev", "_crypt")
+# Objects whose methods take keywords on the stdlib's own paths (concurrent.futures,
+# gzip, bz2, lzma, selectors); methods can only be primed on an instance.
+_PRIME_INSTANCES = (("_queue", "SimpleQueue"), ("zlib", "compressobj"), ("zlib", "decompressobj"),
+                    ("_bz2", "BZ2Decompressor"), ("_lzma", "LZMADecompressor"), ("select", "poll"),
+                    ("select", "epoll"), ("_random", "Random"), ("_struct", "Struct"))
+_primed = False
+_prime_lock = threading.Lock()
+
+
+def _prime_arg_parsers() -> None:
+    global _primed
+    with _prime_lock:
+        if _primed or not _PRIME_ARG_PARSERS:
+            return
+        _primed = True
+        import importlib
+        import importlib.machinery
+        import importlib.util
+
+        spec = importlib.util.find_spec("_json")
+        folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+        suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+        names = sorted({f.split(".", 1)[0] for f in (os.listdir(folder) if folder else ())
+                        if f.endswith(suffixes)})
+        skip = set(blocked_modules()) | _worker.REFUSED_ON_312
+        for name in names:
+            if name.startswith(_PRIME_SKIP) or name in skip:
+                continue
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - missing library: workers cannot use it either
+                continue
+            for obj in list(vars(module).values()):
+                if callable(obj) and (isinstance(obj, type) or type(obj).__name__ ==
+                                      "builtin_function_or_method"):
+                    _prime_call(obj)
+        for name, factory in _PRIME_INSTANCES:
+            try:
+                obj = getattr(importlib.import_module(name), factory)(
+                    *(("i",) if factory == "Struct" else ()))
+            except Exception:  # noqa: BLE001
+                continue
+            for attr in dir(type(obj)):
+                if not attr.startswith("__"):
+                    _prime_call(getattr(obj, attr))
+            if hasattr(obj, "close"):
+                obj.close()
+
+
+def _prime_call(fn: object) -> None:
+    if callable(fn):
+        try:
+            fn(_aiosubinterp_prime_=None)
+        except Exception:  # noqa: BLE001 - the expected TypeError
+            pass
 
 
 _BOOTSTRAP = """\
@@ -177,7 +246,8 @@ class _Engine:
                 "max_tasks_per_interpreter must be None or a positive int, "
                 f"got {max_tasks_per_interpreter!r}"
             )
-        if not isinstance(cancel_grace, (int, float)) or cancel_grace < 0:
+        if (isinstance(cancel_grace, bool) or not isinstance(cancel_grace, (int, float))
+                or not cancel_grace >= 0):  # NaN too: it would make a cancel wait forever
             raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
         if (isinstance(concurrency_per_interpreter, bool)
                 or not isinstance(concurrency_per_interpreter, int)
@@ -253,6 +323,7 @@ class _Engine:
 
     def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
         """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
+        _prime_arg_parsers()  # shim, see above
         worker = _core.Worker(self._queue, self._bootstrap(), self._setup, self._max_tasks,
                               self._concurrency)
         try:

@@ -158,40 +158,8 @@ def test_exit_while_tasks_run_interrupts_them(tmp_path):
     assert proc.stdout.strip() == "busy"
 
 
-# Modules whose C parts crash CPython 3.12.1 / 3.13.0 when two interpreters
-# import them (see CPYTHON-NOTES); the shims must keep every one of them safe.
-CRASH_PRONE = ["datetime", "sqlite3", "zoneinfo", "http.client", "urllib.request",
-               "decimal", "statistics", "json", "re", "pickle", "collections", "hashlib",
-               "ssl", "asyncio", "secrets", "xml.etree.ElementTree"]
-
-
-@pytest.mark.parametrize("module", CRASH_PRONE)
-def test_stdlib_module_in_several_workers(tmp_path, module):
-    proc = run_script(tmp_path, f"""
-        import asyncio
-        import aiosubinterp as asi, workfuncs
-
-        async def main():
-            async with asi.InterpreterPool(3, initializer=workfuncs.import_module,
-                                           initargs=({module!r},)) as pool:
-                names = await asyncio.gather(*(pool.run(workfuncs.import_module, {module!r})
-                                               for _ in range(6)))
-                assert names == [{module!r}] * 6
-                if {module!r} == "datetime":
-                    print(await pool.run(workfuncs.datetime_roundtrip))
-                # Pickled values and remote exceptions (3.12.1 aborted at exit on these).
-                assert await pool.run(workfuncs.echo, [{{1: workfuncs.Point(1, 2)}}]) == [
-                    {{1: workfuncs.Point(1, 2)}}]
-                try:
-                    await pool.run(workfuncs.raise_custom, "x")
-                except workfuncs.CustomError:
-                    pass
-            print("ok")
-
-        asyncio.run(main())
-    """)
-    assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stderr[-3000:]}"
-    assert proc.stdout.strip().endswith("ok")
+# The stdlib modules whose C parts crash CPython when several interpreters
+# import them are in tests/test_stdlib_matrix.py.
 
 
 def test_shims_apply_to_the_affected_versions_only():

@@ -84,12 +84,13 @@ def test_pool_garbage_collected_with_tasks_in_flight_does_not_hang(tmp_path):
     """, timeout=90)
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
+    # The snapshot depends on timing: the pool may or may not be collected yet,
+    # and a worker whose cancelled task outlasted the grace period may be
+    # between its destruction and its replacement (live 1, seen under load).
     warned, live = proc.stdout.splitlines()[-2:]
-    # Collected (a ResourceWarning; its workers go now or at exit), or still
-    # alive and holding its workers: 1 or 2, as the second may still be
-    # starting (interpreters are created one at a time).
-    assert (warned, live) in (("warned True", "live 0"), ("warned True", "live 2"),
-                              ("warned False", "live 1"), ("warned False", "live 2"))
+    assert warned in ("warned True", "warned False")
+    assert live in ("live 0", "live 1", "live 2")
+    assert live != "live 0" or warned == "warned True"
 
 
 def test_two_loops_in_four_threads_share_a_pool_under_cancellation():
