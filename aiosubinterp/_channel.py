@@ -94,7 +94,14 @@ def _defer_cancel(exc: BaseException) -> None:
 # What encoding an item can raise (pickle's errors among them); MemoryError
 # and our own NotShareableError pass through unchanged.
 _ENCODING_ERRORS = (TypeError, AttributeError, ValueError, RuntimeError, RecursionError,
-                    LookupError, ArithmeticError, OSError)
+                    LookupError, ArithmeticError, OSError, BufferError)
+
+
+def _encoding_errors() -> tuple[type[BaseException], ...]:
+    """_ENCODING_ERRORS, plus pickle's own errors once pickle is loaded (evaluated
+    only when a send raised: no pickle import in workers that never pickle)."""
+    pickle = sys.modules.get("pickle")
+    return _ENCODING_ERRORS + ((pickle.PickleError,) if pickle is not None else ())
 
 
 def _unshareable(value: object, exc: BaseException) -> BaseException:
@@ -237,7 +244,7 @@ class SendChannel(_End):
         loop, hub = _async_env("SendChannel.send()")
         try:
             op = self._send_begin(value, hub.core)
-        except _ENCODING_ERRORS as exc:
+        except _encoding_errors() as exc:
             raise _unshareable(value, exc) from exc
         if op.__class__ is int:
             if op == _DONE:
@@ -261,7 +268,7 @@ class SendChannel(_End):
         """Send value if that needs no waiting; else raise WouldBlock (nothing sent)."""
         try:
             status = self._send_nowait(value)
-        except _ENCODING_ERRORS as exc:
+        except _encoding_errors() as exc:
             raise _unshareable(value, exc) from exc
         if status != _DONE:
             raise send_error(self, status)
@@ -279,7 +286,7 @@ class SendChannel(_End):
             # Interrupted: return to bytecode so a task cancellation can fire, then retry.
             try:
                 status = self._send_wait(value, deadline)
-            except _ENCODING_ERRORS as exc:
+            except _encoding_errors() as exc:
                 raise _unshareable(value, exc) from exc
             if status != _INTERRUPTED:
                 break

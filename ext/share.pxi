@@ -647,6 +647,14 @@ cdef int encode_special(Buf* b, object obj) except -1:
         # transports hand out as get_extra_info("socket"): a real socket there.
         if obj.fileno() < 0:
             raise ValueError(f"cannot pass the closed socket {obj!r} to an interpreter")
+        ssl_mod = _sys.modules.get("ssl")
+        if ssl_mod is not None and isinstance(obj, ssl_mod.SSLSocket):
+            # Its fd alone would cross: the receiver would talk plain TCP.
+            raise TypeError(
+                "cannot pass an ssl.SSLSocket to an interpreter: its TLS session lives in "
+                "this interpreter and cannot be shared (only the plain TCP connection would "
+                "cross). Hand over the socket before wrapping it and do TLS in the worker, "
+                "or keep TLS here and send the data")
         return encode_fd(b, obj.fileno(), FD_SOCKET, obj.family, obj.type, obj.proto)
     return 0
 

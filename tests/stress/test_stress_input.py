@@ -309,9 +309,6 @@ class PicklingErrorOnReduce:
         raise pickle.PicklingError("no pickling this")
 
 
-@pytest.mark.xfail(strict=True, raises=__import__("pickle").PicklingError,
-                   reason="engine bug: a channel send whose pickling raises PicklingError (3.13's "
-                          "error for an asyncio loop, among others) raises it raw")
 async def test_pickling_error_through_a_channel_is_not_shareable_error():
     send, recv = asi.open_channel(math.inf)
     try:
@@ -328,9 +325,6 @@ async def test_pickling_error_in_a_task_argument_is_not_shareable_error():
             pool.submit(stressfuncs.ident, PicklingErrorOnReduce())
 
 
-@pytest.mark.xfail(strict=True, raises=BufferError,
-                   reason="engine bug: a channel send of a non-contiguous buffer raises a raw "
-                          "BufferError (task arguments get NotShareableError)")
 async def test_non_contiguous_buffer_through_a_channel_is_not_shareable_error():
     send, recv = asi.open_channel(math.inf)
     try:
@@ -341,8 +335,6 @@ async def test_non_contiguous_buffer_through_a_channel_is_not_shareable_error():
         recv.close()
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: an ssl.SSLSocket crosses as its plain TCP "
-                                       "socket (the fd path), silently dropping TLS")
 async def test_ssl_socket_is_refused_instead_of_crossing_without_tls():
     import ssl
 
