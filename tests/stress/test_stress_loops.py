@@ -21,7 +21,7 @@ import weakref
 import pytest
 import stressfuncs
 import workfuncs
-from stresshelp import threads_back_to
+from stresshelp import thread_count, threads_back_to
 
 import aiosubinterp as asi
 from aiosubinterp import _core, _loop
@@ -53,7 +53,7 @@ def _in_thread(fn, *args):
 
 
 def test_loop_closed_without_asyncgen_shutdown_releases_its_hub_and_default_pool():
-    threads = threading.active_count()
+    threads = thread_count()  # OS threads, as threads_back_to() counts them
     fds = _fds()
     loop = asyncio.new_event_loop()
 
