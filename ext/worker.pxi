@@ -32,6 +32,8 @@ cdef struct WorkerState:
     int closed                # the interpreter is destroyed
     int ops                   # interrupts in progress (pin the interpreter)
     int orphan                # its Worker handle is gone: free after closing
+    int pinned                # the exit sweep holds this pointer: do not free yet
+                              # (orphan, pinned: under the registry lock)
     int wake_fd               # >= 0 while the job runs a coroutine on the worker's
                               # event loop: cancel by writing here, not by injecting
                               # KeyboardInterrupt (it would land in the loop's own
@@ -950,7 +952,8 @@ cdef class Worker:
             worker_free(w)
             return
         asi_registry_lock()
-        free_now = w.closed
+        # The exit sweep may hold a pointer to it (pinned): it frees it then.
+        free_now = w.closed and not w.pinned
         if not free_now:
             w.orphan = 1
         asi_registry_unlock()
@@ -1209,6 +1212,9 @@ def _shutdown_all(double grace=5.0):
     asi_exiting = 1
     w = <WorkerState*>asi_live_head
     while w != NULL:
+        # Pinned: a worker closed meanwhile by a helper thread (retired,
+        # replaced) stays allocated until this sweep is done with it.
+        w.pinned += 1
         states.append(<Py_ssize_t>w)
         w = w.next_live
     asi_registry_unlock()
@@ -1264,7 +1270,8 @@ def _shutdown_all(double grace=5.0):
         w = <WorkerState*><Py_ssize_t>states[i]
         worker_close(w, False)
         asi_registry_lock()
-        orphan = w.orphan
+        w.pinned -= 1
+        orphan = w.orphan and not w.pinned
         asi_registry_unlock()
         if orphan:
             worker_free(w)

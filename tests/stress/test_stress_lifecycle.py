@@ -313,3 +313,26 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     # aborts (-6) before exec. Documented in the README's Limits.
     codes = eval(lines[0].split(" ", 1)[1])  # noqa: S307 - our own output
     assert set(codes) <= {0, -signal.SIGABRT, "hung"}, codes
+
+
+def test_exit_while_interpreters_retire_after_every_task(tmp_path):
+    # With max_tasks_per_interpreter=1, helper threads close retired workers
+    # while the exit sweep runs: the sweep used to touch a worker such a thread
+    # had just freed (a segfault at exit in about 1 run of 50). Several runs,
+    # bounded in time: each must exit cleanly.
+    source = """
+        import asyncio
+        import aiosubinterp as asi, stressfuncs
+
+        async def main():
+            pool = asi.InterpreterPool(2, max_tasks_per_interpreter=1)
+            got = await asyncio.gather(*(pool.run(stressfuncs.inc, i) for i in range(12)))
+            assert got == [i + 1 for i in range(12)]
+            print("ok", flush=True)  # exit with the pool open, workers being replaced
+
+        asyncio.run(main())
+    """
+    for run in range(12):
+        proc = run_script(tmp_path, source, timeout=60)
+        assert proc.returncode == 0, f"run {run}: exit code {proc.returncode}\n{proc.stderr[-2000:]}"
+        assert proc.stdout.strip() == "ok"
