@@ -155,7 +155,8 @@ def _lookup(loop: asyncio.AbstractEventLoop) -> LoopHub | None:
 
 
 def hub_for(loop: asyncio.AbstractEventLoop) -> LoopHub:
-    hub = _lookup(loop)
+    ref = _hubs.get(loop)  # _lookup(), inlined: this runs at every submit
+    hub = None if ref is None else ref()
     if hub is None or hub.closed:
         with _hubs_lock:
             hub = _lookup(loop)

@@ -46,6 +46,7 @@ _BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
 }
 
 
+_COROUTINES = coroutines_supported()  # fixed for the process: checked at every submit
 # Coroutines one interpreter may run at once (each slot is a few bytes; the
 # bound catches a typo such as 10**6 before it allocates).
 _MAX_CONCURRENCY = 10_000
@@ -209,6 +210,7 @@ class _Engine:
     """Interpreters serving one job queue. Base of InterpreterPool and Interpreter."""
 
     _kind = "pool"
+    _fallback = None  # InterpreterPool(fallback="process") routes submit() through it
 
     def __init__(
         self,
@@ -561,7 +563,13 @@ class _Engine:
         function, a builtin, or a picklable callable; arguments cross by copy.
         Raises NotShareableError here, before anything is queued, if they cannot.
         """
-        if not coroutines_supported() and _is_coroutine_function(fn):
+        if self._fallback is not None:  # InterpreterPool(fallback="process")
+            return self._fallback.submit(self, fn, args, kwargs)
+        return self._submit_here(fn, args, kwargs)
+
+    def _submit_here(self, fn: Callable[..., object], args: tuple, kwargs: dict) -> Task:
+        """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
+        if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
         payload = _marshal.call_payload(fn, args, kwargs)
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
@@ -845,16 +853,6 @@ class InterpreterPool(_Engine):
             self._closed.add_done_callback(lambda _: self._fallback.close())
 
     # -- fallback="process" (issue #8): aiosubinterp._procfallback ----------------
-
-    def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
-        """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.
-
-        As _Engine.submit(). With ``fallback="process"``, a call whose module
-        refused subinterpreters runs on a worker process instead.
-        """
-        if self._fallback is not None:
-            return self._fallback.submit(self, fn, args, kwargs)
-        return super().submit(fn, *args, **kwargs)
 
     async def aclose(self) -> None:
         """Close and wait until every interpreter (and fallback process) is gone.

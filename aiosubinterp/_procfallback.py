@@ -90,7 +90,7 @@ class Fallback:
         if module in self._modules:
             engine._check_open()
             return self.processes().submit(fn, *args, **kwargs)  # type: ignore[no-any-return]
-        inner = _pool._Engine.submit(engine, fn, *args, **kwargs)
+        inner = engine._submit_here(fn, args, kwargs)
         outer = Task(inner.get_loop(), self, inner.id, inner.name, None)
         outer._inner = inner  # type: ignore[attr-defined]
         inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))
