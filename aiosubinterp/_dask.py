@@ -28,7 +28,6 @@ Main-interpreter module: imports distributed, never imported by workers.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import functools
 import sys
@@ -599,7 +598,7 @@ class DaskPool:
         """
         return await self.submit(fn, *args, **kwargs)
 
-    async def map(
+    def map(
         self,
         fn: Callable[..., object],
         iterable: Iterable[Any] | AsyncIterable[Any],
@@ -616,42 +615,8 @@ class DaskPool:
 
         Cancellation: closing or cancelling the iteration cancels every call in flight.
         """
-        if window is None:
-            window = 64
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
-        if not callable(fn):
-            raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
-        if hasattr(iterable, "__aiter__"):
-            source: Any = iterable.__aiter__()
-            is_async = True
-        else:
-            source = iter(iterable)
-            is_async = False
-        inflight: collections.deque[Task] = collections.deque()
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(inflight) < window:
-                    try:
-                        item = await source.__anext__() if is_async else next(source)
-                    except (StopIteration, StopAsyncIteration):
-                        exhausted = True
-                        break
-                    inflight.append(self.submit(fn, item))
-                if not inflight:
-                    return
-                if ordered:
-                    yield await inflight.popleft()
-                else:
-                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-                    for task in list(inflight):
-                        if task in done:
-                            inflight.remove(task)
-                            yield task.result()
-        finally:
-            for task in inflight:
-                task.cancel()
+        return _pool.windowed_map(self.submit, fn, iterable, ordered=ordered,
+                                  window=64 if window is None else window)
 
     def close(self) -> None:
         """Accept no more calls; those submitted still run. Idempotent; the client stays open."""

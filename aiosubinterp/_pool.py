@@ -595,7 +595,7 @@ class _Engine:
         """
         return await self.submit(fn, *args, **kwargs)
 
-    async def map(
+    def map(
         self,
         fn: Callable[..., object],
         iterable: Iterable[Any] | AsyncIterable[Any],
@@ -614,41 +614,7 @@ class _Engine:
         """
         if window is None:
             window = max(64, 8 * self._size * self._concurrency)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
-        if not callable(fn):
-            raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
-        if hasattr(iterable, "__aiter__"):
-            source = iterable.__aiter__()  # type: ignore[union-attr]
-            is_async = True
-        else:
-            source = iter(iterable)  # type: ignore[arg-type]
-            is_async = False
-        inflight: collections.deque[Task] = collections.deque()
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(inflight) < window:
-                    try:
-                        item = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr]
-                    except (StopIteration, StopAsyncIteration):
-                        exhausted = True
-                        break
-                    inflight.append(self.submit(fn, item))
-                if not inflight:
-                    return
-                if ordered:
-                    task = inflight.popleft()
-                    yield await task
-                else:
-                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-                    for task in list(inflight):
-                        if task in done:
-                            inflight.remove(task)
-                            yield task.result()
-        finally:
-            for task in inflight:
-                task.cancel()
+        return windowed_map(self.submit, fn, iterable, ordered=ordered, window=window)
 
     # -- completions and cancellation (loop thread / helper threads) -----------
 
@@ -955,6 +921,54 @@ class Interpreter(_Engine):
         Cancellation: as run().
         """
         await self.submit_exec(source)
+
+
+async def windowed_map(
+    submit: Callable[..., asyncio.Future],
+    fn: Callable[..., object],
+    iterable: Iterable[Any] | AsyncIterable[Any],
+    *,
+    ordered: bool,
+    window: int,
+) -> AsyncIterator[Any]:
+    """The loop behind every pool's map(): fn(item) through submit, at most
+    ``window`` in flight, in order or as they finish; the first failure is
+    raised at its place and the calls in flight are cancelled."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int, got {window!r}")
+    if not callable(fn):
+        raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
+    if hasattr(iterable, "__aiter__"):
+        source = iterable.__aiter__()  # type: ignore[union-attr]
+        is_async = True
+    else:
+        source = iter(iterable)  # type: ignore[arg-type]
+        is_async = False
+    inflight: collections.deque[asyncio.Future] = collections.deque()
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and len(inflight) < window:
+                try:
+                    item = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr]
+                except (StopIteration, StopAsyncIteration):
+                    exhausted = True
+                    break
+                inflight.append(submit(fn, item))
+            if not inflight:
+                return
+            if ordered:
+                task = inflight.popleft()
+                yield await task
+            else:
+                done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                for task in list(inflight):
+                    if task in done:
+                        inflight.remove(task)
+                        yield task.result()
+    finally:
+        for task in inflight:
+            task.cancel()
 
 
 def _is_coroutine_function(fn: object) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import itertools
 import os
 import signal
@@ -516,7 +515,7 @@ class ProcessPool:
         """
         return await self.submit(fn, *args, **kwargs)
 
-    async def map(
+    def map(
         self,
         fn: Callable[..., object],
         iterable: Iterable[Any] | AsyncIterable[Any],
@@ -532,10 +531,8 @@ class ProcessPool:
 
         Cancellation: closing or cancelling the iteration cancels every call in flight.
         """
-        async with contextlib.aclosing(_pool._Engine.map(  # type: ignore[arg-type]
-                self, fn, iterable, ordered=ordered, window=window)) as results:
-            async for result in results:
-                yield result
+        return _pool._Engine.map(self, fn, iterable, ordered=ordered,  # type: ignore[arg-type]
+                                 window=window)
 
     def _new_settings(self) -> None:
         path = list(sys.path)
