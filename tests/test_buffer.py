@@ -398,7 +398,7 @@ async def test_failed_encodings_drop_the_shares_they_took():
             await pool.run(workfuncs.echo, data, lambda: 0)
         with pytest.raises(asi.NotShareableError):
             await pool.run(buffuncs.unsendable_with_view, data)  # the result cannot go back
-        with pytest.raises(Exception):
+        with pytest.raises(asi.NotShareableError):
             await send.send((data, lambda: 0))
     send.close()
     recv.close()

@@ -52,7 +52,7 @@ async def test_unshareable_arguments_fail_at_the_call_site():
             for label, value in payloads:
                 with pytest.raises(asi.NotShareableError):
                     pool.submit(stressfuncs.ident, value)
-                with pytest.raises(Exception):  # noqa: B017 - see the xfail test below
+                with pytest.raises(asi.NotShareableError):
                     send.send_nowait(value)
                 assert pool.statistics()["queued"] == 0, label
             for label, value in payloads[:2]:  # callables that cannot cross
