@@ -28,6 +28,29 @@ _pickle = None
 _Unpickler = None
 
 
+def import_main_script(kind: str, where: str) -> types.ModuleType:
+    """Import the user's main script in a worker, as multiprocessing's spawn does:
+    by module name (kind "module", for ``python -m``) or from its file, under
+    MAIN_ALIAS so that its ``if __name__ == "__main__":`` block does not run."""
+    import importlib
+
+    if kind == "module":
+        return importlib.import_module(where)
+    from importlib import util as import_util
+
+    spec = import_util.spec_from_file_location(MAIN_ALIAS, where)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {where!r}")
+    module = import_util.module_from_spec(spec)
+    sys.modules[MAIN_ALIAS] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[MAIN_ALIAS]
+        raise
+    return module
+
+
 def _load_pickle():
     global _pickle, _Unpickler
     import pickle

@@ -122,21 +122,7 @@ class _State:
             )
         kind, where = self.main_ref
         try:
-            if kind == "module":
-                module = importlib.import_module(where)
-            else:
-                from importlib import util as import_util
-
-                spec = import_util.spec_from_file_location(_marshal.MAIN_ALIAS, where)
-                if spec is None or spec.loader is None:
-                    raise ImportError(f"cannot import {where!r}")
-                module = import_util.module_from_spec(spec)
-                sys.modules[_marshal.MAIN_ALIAS] = module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[_marshal.MAIN_ALIAS]
-                    raise
+            module = _marshal.import_main_script(kind, where)
         except BaseException as exc:
             raise ImportError(
                 f"a function of the main script {where!r} was sent to a worker process, which "

@@ -164,6 +164,17 @@ cdef void* worker_thread_main(void* arg) noexcept nogil:
     return NULL
 
 
+cdef void worker_copy_settings(WorkerState* w, char** settings,
+                               Py_ssize_t* settings_size) noexcept nogil:
+    """A copy of the queue's settings if they changed since w applied them. Caller holds q.mu."""
+    cdef JobQueue* q = w.q
+    if w.settings_version != q.settings_version and q.settings_data != NULL:
+        settings[0] = c_strdup(q.settings_data, q.settings_size)
+        if settings[0] != NULL:
+            settings_size[0] = q.settings_size
+            w.settings_version = q.settings_version
+
+
 cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_size) noexcept:
     """Block until a job is available (returns it, marked running) or the worker must stop (NULL)."""
     cdef JobQueue* q = w.q
@@ -187,11 +198,7 @@ cdef Job* worker_next_job(WorkerState* w, char** settings, Py_ssize_t* settings_
                 w.current_tid = job.tid
                 w.current_job = job
                 w.cancel_tid = 0
-                if w.settings_version != q.settings_version and q.settings_data != NULL:
-                    settings[0] = c_strdup(q.settings_data, q.settings_size)
-                    if settings[0] != NULL:
-                        settings_size[0] = q.settings_size
-                        w.settings_version = q.settings_version
+                worker_copy_settings(w, settings, settings_size)
                 break
             if q.closed:
                 break
@@ -475,11 +482,7 @@ def _worker_take(Py_ssize_t handle):
             # More work: a sleeping worker or another session may take it.
             pthread_cond_signal(&q.cv)
             queue_wake_session(q, w)
-        if w.settings_version != q.settings_version and q.settings_data != NULL:
-            settings = c_strdup(q.settings_data, q.settings_size)
-            if settings != NULL:
-                settings_size = q.settings_size
-                w.settings_version = q.settings_version
+        worker_copy_settings(w, &settings, &settings_size)
     pthread_mutex_unlock(&q.mu)
     if job == NULL:
         return None
