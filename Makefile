@@ -1,15 +1,24 @@
 # Thin wrappers around venvs, pip, setuptools and pytest.
 #
-#   make test     build .venv-3.13 and .venv-3.12, run all tests on each
-#   make demo     run `python -m aiosubinterp demo` on 3.13
-#   make bench    run every benchmarks/bench_*.py on 3.13
-#   make venv     only build the venvs (and the extension in place)
-#   make clean    remove venvs, build products and stamps
+#   make test       the whole suite on every supported CPython: those found
+#                   here (pyenv's 3.12 and 3.13), then 3.13's latest patch,
+#                   3.14 and 3.15 in a Debian unstable root that
+#                   scripts/pythons.sh provisions (scripts/test-matrix.sh)
+#   make test-here  the suite on $(PYTHON_VERSIONS) found here, nothing else
+#   make demo       run `python -m aiosubinterp demo` on 3.13
+#   make bench      run every benchmarks/bench_*.py on $(PY) (default 3.13);
+#                   a version not found here runs in the Debian root
+#                   (make bench PY=3.14), as does WHERE=chroot (PY=3.13)
+#   make venv       only build the venvs (and the extension in place)
+#   make clean      remove venvs, build products and stamps
 #
 # Variables: PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
-# PYTHON_VERSIONS (default "3.13 3.12"), TEST_WALL_TIMEOUT (seconds per
-# pytest run, 0 = none), and setup.py's AIOSUBINTERP_DEBUG=1 /
-# AIOSUBINTERP_SANITIZE=address (a change of either rebuilds the extension).
+# PYTHON_VERSIONS (here: default "3.13 3.12"; for `make test`, the minor
+# versions looked for here, default all supported), SID_VERSIONS (`make
+# test` in the Debian root, default "3.13 3.14 3.15", empty for none),
+# TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), and setup.py's
+# AIOSUBINTERP_DEBUG=1 / AIOSUBINTERP_SANITIZE=address (a change of either
+# rebuilds the extension).
 #
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
@@ -60,7 +69,7 @@ REQUIREMENTS_PY = import sys, tomllib; \
         + [r for e in extras for r in p["project"]["optional-dependencies"][e]]; \
     print("\n".join(r for r in reqs if not r.lower().startswith("aiosubinterp")))
 
-.PHONY: test venv demo bench clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
+.PHONY: test test-here venv demo bench bench-here clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
 
 venv: $(foreach v,$(PYTHON_VERSIONS),.venv-$(v)/.ext.stamp)
 
@@ -95,9 +104,13 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 	$(RUN_ENV) .venv-$*/bin/python -c 'import aiosubinterp._core as m; print("built", m.__file__)'
 	@touch $@
 
+# Every supported Python, here and in the Debian root; see the script.
+test:
+	bash scripts/test-matrix.sh
+
 # Runs every version even if one fails; fails if any failed. pytest exit 5
 # ("no tests ran") is a failure too.
-test: venv
+test-here: venv
 	@failed=""; \
 	for v in $(PYTHON_VERSIONS); do \
 	    echo "=== pytest on Python $$v ($$(.venv-$$v/bin/python -V)) ==="; \
@@ -115,18 +128,30 @@ test: venv
 demo: .venv-$(DEMO_PYTHON)/.ext.stamp
 	$(RUN_ENV) .venv-$(DEMO_PYTHON)/bin/python -m aiosubinterp demo
 
-bench: .venv-$(DEMO_PYTHON)/.ext.stamp
+PY ?= $(DEMO_PYTHON)
+WHERE ?= auto
+
+bench:
+	@if [ "$(WHERE)" != chroot ] && bash scripts/find-python.sh $(PY) >/dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory bench-here PY=$(PY); \
+	else \
+	    echo "Python $(PY) in the Debian unstable root (scripts/pythons.sh)"; \
+	    bash scripts/pythons.sh provision && \
+	    bash scripts/pythons.sh run make --no-print-directory bench-here PY=$(PY) BENCH_ARGS='$(BENCH_ARGS)'; \
+	fi
+
+bench-here: .venv-$(PY)/.ext.stamp
 	@shopt -s nullglob; benches=(benchmarks/bench_*.py); \
 	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks/bench_*.py found"; exit 1; fi; \
 	failed=""; \
 	for b in "$${benches[@]}"; do \
 	    echo "=== $$b ==="; \
-	    $(RUN_ENV) .venv-$(DEMO_PYTHON)/bin/python "$$b" $(BENCH_ARGS) || failed="$$failed $$b"; \
+	    $(RUN_ENV) .venv-$(PY)/bin/python "$$b" $(BENCH_ARGS) || failed="$$failed $$b"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 clean:
-	rm -rf .venv-3.13 .venv-3.12 $(VENVS) build *.egg-info
+	rm -rf .venv-3.* build *.egg-info
 	rm -f aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
 
 FORCE:

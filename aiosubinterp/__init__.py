@@ -27,6 +27,7 @@ __all__ = [
     "ExecutionFailed",
     "FallbackWarning",
     "FileDescriptor",
+    "ForkWarning",
     "Interpreter",
     "InterpreterError",
     "InterpreterInfo",
@@ -62,6 +63,7 @@ _LAZY = {
     "NotShareableError": "_errors",
     "PoolClosedError": "_errors",
     "FallbackWarning": "_errors",
+    "ForkWarning": "_errors",
     "WorkerCrashedError": "_errors",
     "ProcessPool": "_process",
     "BrokenInterpreterPool": "_executor",
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import NotShareableError as NotShareableError
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
     from aiosubinterp._errors import FallbackWarning as FallbackWarning
+    from aiosubinterp._errors import ForkWarning as ForkWarning
     from aiosubinterp._errors import WorkerCrashedError as WorkerCrashedError
     from aiosubinterp._process import ProcessPool as ProcessPool
     from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool

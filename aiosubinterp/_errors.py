@@ -12,6 +12,7 @@ __all__ = [
     "EndOfChannel",
     "ExecutionFailed",
     "FallbackWarning",
+    "ForkWarning",
     "InterpreterError",
     "ModuleRefusedError",
     "NotShareableError",
@@ -150,6 +151,17 @@ class WorkerCrashedError(BrokenPoolError):
     """The worker process running the task died (``os._exit``, a signal, a crash in C).
 
     Only that task fails: the process pool starts a new worker in its place.
+    """
+
+
+class ForkWarning(RuntimeWarning):
+    """``os.fork()`` (or anything that forks) next to live interpreters.
+
+    CPython cannot fork a process that has subinterpreters: the child dies in
+    CPython's own after-fork code (or hangs, on 3.12). Issued once per
+    process, just before the first such fork; the parent and its pools are not
+    affected. Silence it with ``warnings.filterwarnings("ignore",
+    category=aiosubinterp.ForkWarning)`` once the fork is known to be harmless.
     """
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback, _worker
 from aiosubinterp._errors import (
     BrokenPoolError,
+    ForkWarning,
     NotShareableError,
     PoolClosedError,
     rebuild,
@@ -203,7 +204,33 @@ def _after_fork_in_child() -> None:
     atexit.unregister(_core._shutdown_all)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_fork_warned = False
+
+
+def _before_fork() -> None:
+    # CPython kills a child forked while any subinterpreter exists, ours or
+    # not, in its after-fork code (measured with the stdlib's _interpreters
+    # alone: 3.13.0-3.13.18 abort with "Fatal Python error: PyThreadState_Get",
+    # 3.14.10 and 3.15.2 segfault, 3.12.1 hangs). Say so before it happens,
+    # once per process. A warning, not an error: the parent is unharmed, and a
+    # child that only calls exec() at once may survive on some versions.
+    global _fork_warned
+    if _fork_warned:
+        return
+    others = len(_core.list_interpreter_ids()) - 1
+    if others <= 0:
+        return
+    _fork_warned = True
+    warnings.warn(ForkWarning(
+        f"os.fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this "
+        "process: CPython cannot fork next to subinterpreters and the child will most likely "
+        "die in CPython's after-fork code (a CPython limit, not a bug of your code). Use the "
+        "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), "
+        "aiosubinterp.ProcessPool, or close your pools before forking. This process and its "
+        "pools are not affected."), stacklevel=2)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class _Engine:

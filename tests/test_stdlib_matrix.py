@@ -49,19 +49,32 @@ GROUPS = {
     "refused": ["ctypes", "readline", "curses", "cProfile", "tracemalloc", "faulthandler"],
 }
 
-# module -> {version: the module the ModuleRefusedError names}. On 3.12 the
-# worker refuses known single-phase extensions by their package name before
-# CPython runs their init (aiosubinterp._worker.REFUSED_ON_312).
-REFUSED: dict[str, dict[tuple[int, int], str]] = {
-    "ctypes": {(3, 12): "ctypes"},
-    "readline": {(3, 12): "readline", (3, 13): "readline"},
-    "curses": {(3, 12): "curses", (3, 13): "_curses"},
-    "cProfile": {(3, 12): "cProfile"},
-    "tracemalloc": {(3, 13): "_tracemalloc"},  # 3.12 loads it while main has not imported it
-    "faulthandler": {(3, 12): "faulthandler", (3, 13): "faulthandler"},
+# module -> [(first version, last version or None for "and later", the
+# module the ModuleRefusedError names)]. On 3.12 the worker refuses known
+# single-phase extensions by their package name before CPython runs their
+# init (aiosubinterp._worker.REFUSED_ON_312).
+LATEST = None
+REFUSED: dict[str, list[tuple[tuple[int, int], tuple[int, int] | None, str]]] = {
+    "ctypes": [((3, 12), (3, 12), "ctypes")],
+    "readline": [((3, 12), (3, 12), "readline"), ((3, 13), LATEST, "readline")],
+    "curses": [((3, 12), (3, 12), "curses"), ((3, 13), LATEST, "_curses")],
+    "cProfile": [((3, 12), (3, 12), "cProfile")],
+    # 3.12 loads it while main has not imported it
+    "tracemalloc": [((3, 13), LATEST, "_tracemalloc")],
+    "faulthandler": [((3, 12), LATEST, "faulthandler")],
     # Imports fine; its parser needs pyexpat, which 3.12 refuses.
-    "xml.etree.ElementTree": {(3, 12): "pyexpat"},
+    "xml.etree.ElementTree": [((3, 12), (3, 12), "pyexpat")],
 }
+
+
+def refused_here(name: str) -> str | None:
+    """The module a worker on this Python names when it refuses `name`, or None."""
+    version = sys.version_info[:2]
+    for first, last, refused in REFUSED.get(name, []):
+        if first <= version and (last is None or version <= last):
+            return refused
+    return None
+
 
 # CPython bugs that make a worker compute something else than the main
 # interpreter: module -> (affected versions, what goes wrong). The matrix
@@ -174,14 +187,13 @@ def test_stdlib_modules_in_several_workers(tmp_path, group):
                "each module passes alone: it is a combination of them")
         )
     assert sorted(found) == sorted(names)
-    version = sys.version_info[:2]
     blocked = set(_pool.blocked_modules())
     verdicts: dict[str, list[str]] = {"green": [], "shimmed": [], "refused": [], "wrong": []}
     for name in names:
         report = found[name]
         outcomes = report["workers"]
         assert len(outcomes) == WORKERS
-        refused_name = REFUSED.get(name, {}).get(version)
+        refused_name = refused_here(name)
         if refused_name:
             for outcome in outcomes:
                 assert outcome[:2] == ["refused", refused_name], (name, outcome)

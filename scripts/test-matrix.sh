@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite on every CPython the project supports.
+#
+#   here:    each of 3.12, 3.13, 3.14, 3.15 that scripts/find-python.sh finds on
+#            this machine (on the project's machines: pyenv's 3.12.1 and 3.13.0,
+#            the oldest patches supported)
+#   chroot:  3.13 (latest patch), 3.14 and 3.15 from Debian unstable, in the
+#            root scripts/pythons.sh provisions (needs root and apt/debootstrap)
+#
+# Every run goes on after a failure; the summary lists each Python, where it
+# ran, its patch and the verdict. A supported minor version that ran nowhere
+# is listed as skipped with how to get it; under CI=true that fails the run,
+# and so does a chroot that cannot be provisioned.
+#
+# Environment: PYTHON_VERSIONS (default "3.12 3.13 3.14 3.15": the minor
+# versions looked for here), SID_VERSIONS (default "3.13 3.14 3.15"; empty
+# skips the chroot), and the Makefile's PYTEST_ARGS, TEST_WALL_TIMEOUT, ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+SUPPORTED=(3.12 3.13 3.14 3.15)
+read -r -a HERE <<<"${PYTHON_VERSIONS:-${SUPPORTED[*]}}"
+read -r -a SID <<<"${SID_VERSIONS-3.13 3.14 3.15}"
+MAKE="${MAKE:-make}"
+
+declare -a rows=()
+failed=0
+declare -A covered=()
+
+patch_of() {  # interpreter path -> "3.13.0"
+    "$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?"
+}
+
+record() {  # version where patch verdict
+    rows+=("$(printf '%-5s %-8s %-8s %s' "$1" "$2" "$3" "$4")")
+    [[ "$4" == passed ]] || failed=1
+    covered[$1]=1
+}
+
+# 1. Pythons on this machine, one make run each.
+for v in "${HERE[@]}"; do
+    if ! py="$(bash scripts/find-python.sh "$v" 2>/dev/null)"; then
+        continue
+    fi
+    patch="$(patch_of "$py")"
+    echo "=== Python $v here: $py ($patch) ==="
+    if "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
+        record "$v" here "$patch" passed
+    else
+        record "$v" here "$patch" FAILED
+    fi
+done
+
+# 2. Today's Pythons in the Debian unstable root.
+sid_note=""
+if [[ ${#SID[@]} -gt 0 ]]; then
+    if bash scripts/pythons.sh available || [[ -n "$(bash scripts/pythons.sh versions)" ]]; then
+        if bash scripts/pythons.sh provision; then
+            for v in "${SID[@]}"; do
+                patch="$(bash scripts/pythons.sh run "python$v" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?")"
+                echo "=== Python $v in the Debian unstable root ($patch) ==="
+                if bash scripts/pythons.sh run "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
+                    record "$v" chroot "$patch" passed
+                else
+                    record "$v" chroot "$patch" FAILED
+                fi
+            done
+        else
+            sid_note="the Debian unstable root could not be provisioned (see above)"
+            failed=1
+        fi
+    else
+        sid_note="no chroot here (scripts/pythons.sh needs root and apt-get or debootstrap)"
+    fi
+fi
+
+echo
+echo "=== test matrix ==="
+printf '%-5s %-8s %-8s %s\n' python where patch result
+for r in "${rows[@]}"; do echo "$r"; done
+for v in "${SUPPORTED[@]}"; do
+    if [[ -z "${covered[$v]:-}" ]]; then
+        printf '%-5s %-8s %-8s %s\n' "$v" - - "SKIPPED: not found (pyenv install $v, or as root: bash scripts/pythons.sh provision)"
+        if [[ "${CI:-}" == true ]]; then failed=1; fi
+    fi
+done
+if [[ -n "$sid_note" ]]; then
+    echo "chroot skipped: $sid_note; 3.13's latest patch, 3.14 and 3.15 were not tested there"
+    if [[ "${CI:-}" == true ]]; then failed=1; fi
+fi
+if [[ ${#rows[@]} -eq 0 ]]; then
+    echo "ERROR: no Python >= 3.12 found: nothing was tested"
+    exit 1
+fi
+exit "$failed"
