@@ -222,12 +222,13 @@ def _before_fork() -> None:
         return
     _fork_warned = True
     warnings.warn(ForkWarning(
-        f"os.fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this "
-        "process: CPython cannot fork next to subinterpreters and the child will most likely "
-        "die in CPython's after-fork code (a CPython limit, not a bug of your code). Use the "
-        "'spawn' or 'forkserver' start method (multiprocessing.get_context('spawn')), "
-        "aiosubinterp.ProcessPool, or close your pools before forking. This process and its "
-        "pools are not affected."), stacklevel=2)
+        f"fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this process "
+        "(os.fork(), multiprocessing's 'fork' start method, uvloop spawning a subprocess): "
+        "CPython cannot fork next to subinterpreters and the child will most likely die in "
+        "CPython's after-fork code (a CPython limit, not a bug of your code). Use the 'spawn' "
+        "or 'forkserver' start method (multiprocessing.get_context('spawn')), "
+        "aiosubinterp.ProcessPool, asyncio's own loop for subprocesses, or close your pools "
+        "before forking. This process and its pools are not affected."), stacklevel=2)
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -262,3 +262,37 @@ def test_import_error_raised_while_handling_a_refusal_is_explained_by_it():
     assert "'pyexpat'" in str(refused) and "ProcessPoolExecutor" in str(refused)
     assert refusal_from(ImportError("No module named 'nothing_here'")) is None
     assert refusal_from(ValueError("does not support loading in subinterpreters")) is None
+
+
+def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
+    # The shim keeps _datetime/_zoneinfo out of workers. It must stay as long
+    # as CPython itself crashes when two interpreters import them (measured:
+    # segfault or abort at exit on 3.12.1, 3.13.0 and 3.13.18, every run) and
+    # must not apply where it does not (3.14.10, 3.15.2 exit 0). This canary
+    # uses the stdlib's private interpreter module alone, no aiosubinterp: a
+    # CPython that fixes the crash makes it fail, so the shim can go.
+    script = tmp_path / "datetime_canary.py"
+    script.write_text(textwrap.dedent("""
+        try:
+            import _interpreters as interps
+            run = interps.exec
+        except ImportError:  # 3.12
+            import _xxsubinterpreters as interps
+            run = interps.run_string
+        ids = [interps.create() for _ in range(2)]
+        for i in ids:
+            run(i, "import datetime, sqlite3")
+        for i in ids:
+            interps.destroy(i)
+        print("clean", flush=True)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    crashes = proc.returncode != 0
+    shimmed = "_datetime" in _pool.blocked_modules()
+    assert crashes == shimmed, (
+        f"CPython {sys.version.split()[0]}: two interpreters importing datetime "
+        f"{'crash' if crashes else 'do not crash'} (exit {proc.returncode}), but the _datetime "
+        f"shim is {'on' if shimmed else 'off'}: update _pool's blocked modules and the README")
+    if crashes:
+        assert proc.returncode < 0, proc  # a signal (SIGSEGV/SIGABRT), not a Python error
