@@ -26,6 +26,29 @@ MAKE="${MAKE:-make}"
 declare -a rows=()
 failed=0
 declare -A covered=()
+declare -A totals=([passed]=0 [failed]=0 [errors]=0 [skipped]=0)
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+
+# Adds the counts of pytest's closing line in $LOG to the totals.
+count() {
+    local line n word
+    line="$(grep -E '[0-9]+ (passed|failed|error)' "$LOG" | grep -E ' in [0-9.]+s' | tail -1)"
+    for word in passed failed skipped errors error; do
+        n="$(grep -oE "[0-9]+ $word\b" <<<"$line" | head -1 | cut -d' ' -f1)"
+        [[ -n "$n" ]] || continue
+        [[ "$word" == error ]] && word=errors
+        totals[$word]=$((totals[$word] + n))
+    done
+}
+
+# Runs "$@" with its output to the terminal and to $LOG.
+logged() {
+    "$@" 2>&1 | tee "$LOG"
+    local rc="${PIPESTATUS[0]}"
+    count
+    return "$rc"
+}
 
 patch_of() {  # interpreter path -> "3.13.0"
     "$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?"
@@ -44,7 +67,7 @@ for v in "${HERE[@]}"; do
     fi
     patch="$(patch_of "$py")"
     echo "=== Python $v here: $py ($patch) ==="
-    if "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
+    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
         record "$v" here "$patch" passed
     else
         record "$v" here "$patch" FAILED
@@ -59,7 +82,7 @@ if [[ ${#SID[@]} -gt 0 ]]; then
             for v in "${SID[@]}"; do
                 patch="$(bash scripts/pythons.sh run "python$v" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?")"
                 echo "=== Python $v in the Debian unstable root ($patch) ==="
-                if bash scripts/pythons.sh run "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
+                if logged bash scripts/pythons.sh run "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
                     record "$v" chroot "$patch" passed
                 else
                     record "$v" chroot "$patch" FAILED
@@ -92,4 +115,10 @@ if [[ ${#rows[@]} -eq 0 ]]; then
     echo "ERROR: no Python >= 3.12 found: nothing was tested"
     exit 1
 fi
+if [[ "${totals[passed]}" == 0 ]]; then
+    echo "ERROR: no test passed on any Python"
+    failed=1
+fi
+# pytest's counts summed over every Python (one line, as test runners close).
+echo "total: ${totals[passed]} passed, $((totals[failed] + totals[errors])) failed, ${totals[skipped]} skipped"
 exit "$failed"
