@@ -633,8 +633,13 @@ class _Engine:
             if time.monotonic() > deadline or self._state == "closed":
                 return
             time.sleep(0.001)
-        worker.interrupt(tid)
-        if worker.wait_idle(tid, self._grace) or not self._replace_stuck:
+        # A worker stuck in a C call keeps its GIL, so the interruption may
+        # not get through: it waits at most the grace period, which it shares
+        # with the wait for the task to stop.
+        deadline = time.monotonic() + self._grace
+        worker.interrupt(tid, self._grace)
+        if (worker.wait_idle(tid, max(0.0, deadline - time.monotonic()))
+                or not self._replace_stuck):
             return
         # The task ignores the interruption (blocked in C, or catching it):
         # give up on this worker and put a fresh one in its slot.

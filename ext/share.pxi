@@ -95,9 +95,15 @@ cdef struct SharedMem:
 
 cdef extern from *:
     """
-    static char asi_main_owner_storage[256];
+    /* Aligned for the ShareOwner it holds (pointers, atomics): a plain char
+     * array may sit at any address. */
+    static _Alignas(16) char asi_main_owner_storage[256];
     """
     char asi_main_owner_storage[256]
+
+if sizeof(ShareOwner) > sizeof(asi_main_owner_storage):
+    raise ImportError("aiosubinterp._core: asi_main_owner_storage is too small for a ShareOwner")
+
 
 cdef inline ShareOwner* main_owner() noexcept nogil:
     return <ShareOwner*>asi_main_owner_storage
@@ -303,6 +309,16 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
     rec.buf = <char*>rec.view.buf
     rec.len = rec.view.len
     rec.refs = 1
+    # PyObject_GetBuffer may have run Python code (a __buffer__ method) and
+    # let other threads of this interpreter run: the worker thread may have
+    # left its job loop and freed the owner (owner_kill) meanwhile. Read the
+    # owner again; from here to the reference taken below no Python code
+    # runs, so the GIL is not released and the owner cannot go away.
+    o = current_owner()
+    if o == NULL:
+        PyBuffer_Release(&rec.view)
+        free(rec)
+        return 0
     rec.owner = o
     pthread_mutex_lock(&asi_share_mu)
     o.refs += 1

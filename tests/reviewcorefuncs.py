@@ -1,0 +1,106 @@
+"""Worker-side functions for tests/test_review_core.py (the C review's worker/hub findings).
+
+Importable in a worker: no asyncio at module level.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import operator
+import os
+import sys
+
+from aiosubinterp import _core
+
+
+def hold_gil(flag, wfd):
+    """Write b"s" to wfd, then hold this interpreter's GIL until flag[0] == 1.
+
+    Everything after the write runs in C (deque consuming a callable
+    iterator that reads the shared byte): no bytecode, so the worker never
+    yields its GIL and an injected exception cannot fire, like a long C call.
+    """
+    mv = memoryview(flag)
+    collections.deque(
+        itertools.chain(map(os.write, [wfd], [b"s"]),
+                        iter(functools.partial(operator.getitem, mv, 0), 1)),
+        maxlen=0)
+    return "released"
+
+
+def hold_gil_then_spin(flag, wfd):
+    """hold_gil(), then spin in bytecode (where an injected exception fires)."""
+    hold_gil(flag, wfd)
+    while True:
+        pass
+
+
+def sum_forever(wfd):
+    """Write b"s" to wfd, then sum(range(10**11)) in C: hours, never yielding the GIL."""
+    return sum(itertools.chain(map(os.write, [wfd], [b"s"]), range(10**11)))
+
+
+def hold_gil_then_sleep(flag, wfd):
+    """hold_gil(), then return a coroutine that sleeps until cancelled.
+
+    The switch interval is raised first, so that between the C call and the
+    loop's epoll this interpreter never yields its GIL on request: a pending
+    interruption gets the GIL exactly while the loop sleeps in epoll.
+    """
+    sys.setswitchinterval(1000.0)
+    hold_gil(flag, wfd)
+    return _sleep_until_cancelled(wfd)
+
+
+async def _sleep_until_cancelled(wfd):
+    import asyncio
+
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        os.write(wfd, b"c")
+        raise
+    finally:
+        sys.setswitchinterval(0.005)
+
+
+async def async_interp_id():
+    return _core.current_interpreter_id()
+
+
+async def async_sleep_marked(wfd):
+    """Sleep 100 s; on cancellation write b"c" and re-raise."""
+    import asyncio
+
+    try:
+        await asyncio.sleep(100)
+    except asyncio.CancelledError:
+        os.write(wfd, b"c")
+        raise
+
+
+def wait_then_return_carriers(sfd, rfd):
+    """Write b"s" to sfd, wait for a byte on rfd (an interruption meanwhile is
+    ignored), then return what holds resources while it crosses: an fd
+    duplicate and a zero-copy share."""
+    os.write(sfd, b"s")
+    try:
+        os.read(rfd, 1)
+    except KeyboardInterrupt:
+        pass
+    return _core.FileDescriptor(rfd), bytes(_core.SHARE_THRESHOLD)
+
+
+class RefusedInWorkers:
+    """A sys.path entry that pickles in main and cannot be rebuilt in a worker."""
+
+    def __reduce__(self):
+        return _rebuild_refused, ()
+
+
+def _rebuild_refused():
+    if not _core.is_main_interpreter():
+        raise LookupError("RefusedInWorkers cannot be rebuilt in a worker")
+    return RefusedInWorkers()
