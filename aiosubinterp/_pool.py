@@ -298,7 +298,8 @@ class _Engine:
         # worker can serve max_tasks jobs before its starter thread resumes).
         self._retired_early: set[int] = set()
         # Replacement workers being started; a closing pool waits for them
-        # (they serve what is still queued), signalled through _adds_done.
+        # (they serve what is still queued), signalled through _adds_done,
+        # which also tells a cancel (_interrupt) that a worker was listed.
         self._pending_adds = 0
         self._adds_done = threading.Condition(self._lock)
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
@@ -453,6 +454,7 @@ class _Engine:
             f"this {self._kind} was closed before the task could run")))
         with self._lock:
             self._state = "closed"
+            self._adds_done.notify_all()
         if not self._started.done():
             self._started.set_exception(PoolClosedError(f"this {self._kind} is closed"))
         if not self._closed.done():
@@ -629,10 +631,12 @@ class _Engine:
         # A worker serves jobs a moment before its starter lists it: wait
         # for it to appear (this runs on a helper thread, never the loop).
         deadline = time.monotonic() + max(self._grace, 1.0)
-        while (worker := self._workers.get(serial)) is None:
-            if time.monotonic() > deadline or self._state == "closed":
-                return
-            time.sleep(0.001)
+        with self._lock:
+            while (worker := self._workers.get(serial)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._state == "closed":
+                    return
+                self._adds_done.wait(left)  # _register() and closing notify
         # A worker stuck in a C call keeps its GIL, so the interruption may
         # not get through: it waits at most the grace period, which it shares
         # with the wait for the task to stop.
@@ -661,6 +665,7 @@ class _Engine:
             self._retired_early.discard(worker.serial)
             return False
         self._workers[worker.serial] = worker
+        self._adds_done.notify_all()  # a cancel may wait for this worker (_interrupt)
         return True
 
     def _on_retired(self, serial: int) -> None:

@@ -16,15 +16,19 @@ from aiosubinterp import _core
 
 
 def hold_gil(flag, wfd):
-    """Write b"s" to wfd, then hold this interpreter's GIL until flag[0] == 1.
+    """Write b"s" to wfd, set flag[1] = 1, then hold this interpreter's GIL
+    until flag[0] == 1.
 
-    Everything after the write runs in C (deque consuming a callable
-    iterator that reads the shared byte): no bytecode, so the worker never
-    yields its GIL and an injected exception cannot fire, like a long C call.
+    Everything after the write runs in C (deque consuming iterators that
+    set and then read the shared bytes): no bytecode, so the worker never
+    yields its GIL and an injected exception cannot fire, like a long C
+    call. flag[1] is set once the GIL is back after the write (os.write
+    releases it): from then on the worker holds it.
     """
     mv = memoryview(flag)
     collections.deque(
         itertools.chain(map(os.write, [wfd], [b"s"]),
+                        map(operator.setitem, [mv], [1], [1]),
                         iter(functools.partial(operator.getitem, mv, 0), 1)),
         maxlen=0)
     return "released"

@@ -34,6 +34,12 @@ def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.Complete
                           timeout=timeout, cwd=str(tmp_path), env=env)
 
 
+async def holding(flag) -> None:
+    """Wait until hold_gil() holds its worker's GIL (flag[1] set, in C, after its b"s")."""
+    while flag[1] != 1:
+        await asyncio.sleep(0.001)
+
+
 async def read_byte(fd: int) -> bytes:
     """One byte from fd, waiting on the running loop (no thread, no polling)."""
     loop = asyncio.get_running_loop()
@@ -81,7 +87,7 @@ def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
 
 async def test_worker_stuck_in_c_holding_its_gil_is_replaced(pipe):
     r, w = pipe
-    flag = asi.SharedBuffer(1)
+    flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:
         stuck_id = await pool.run(workfuncs.interp_id)
         task = pool.submit(reviewcorefuncs.hold_gil, flag, w)
@@ -100,12 +106,13 @@ async def test_worker_stuck_in_c_holding_its_gil_is_replaced(pipe):
 
 async def test_worker_interrupt_is_bounded_and_delivered_later(pipe):
     r, w = pipe
-    flag = asi.SharedBuffer(1)
+    flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, cancel_grace=60) as pool:
         await pool.run(workfuncs.interp_id)
         task = pool.submit(reviewcorefuncs.hold_gil_then_spin, flag, w)
         try:
             assert await read_byte(r) == b"s"
+            await asyncio.wait_for(holding(flag), 30)
             (worker,) = pool._workers.values()
             loop = asyncio.get_running_loop()
             # The worker keeps its GIL: the call gives up after its timeout.
@@ -127,13 +134,14 @@ async def test_worker_interrupt_is_bounded_and_delivered_later(pipe):
 @pytest.mark.parametrize("concurrency", [1, 2])
 async def test_interrupt_claimed_while_the_worker_loop_sleeps_cancels_the_coroutine(pipe, concurrency):
     r, w = pipe
-    flag = asi.SharedBuffer(1)
+    flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,
                                    cancel_grace=60) as pool:
         first_id = await pool.run(reviewcorefuncs.async_interp_id)  # the worker's loop exists
         task = pool.submit(reviewcorefuncs.hold_gil_then_sleep, flag, w)
         try:
             assert await read_byte(r) == b"s"
+            await asyncio.wait_for(holding(flag), 30)
             (worker,) = pool._workers.values()
             loop = asyncio.get_running_loop()
             # Decided while the job is a plain call (inject); the GIL comes later.
