@@ -530,8 +530,9 @@ class _Engine:
         self._check_open()
         hub = _loop.hub_for(loop)
         if self._path is not None and sys.path != self._path:
-            self._path = list(sys.path)
-            self._queue.set_settings((tuple(self._path),))
+            path = list(sys.path)
+            self._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
+            self._path = path
         tid = next(_task_ids)
         try:
             self._queue.submit(tid, kind, payload, hub.core)

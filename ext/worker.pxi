@@ -912,8 +912,20 @@ cdef class Queue:
         try:
             encode_into(&b, settings)
         except BaseException:
+            blob_discard(b.data, b.size)
+            chan_release_orphans()
             buf_free(&b)
             raise
+        if blob_refs(b.data, b.size) != 0:
+            # Every worker decodes its own copy: a share, fd or channel end in
+            # it would be adopted once per worker (a double release).
+            blob_discard(b.data, b.size)
+            chan_release_orphans()
+            buf_free(&b)
+            raise TypeError(
+                "aiosubinterp: the worker settings (main's sys.path) hold an object that crosses "
+                "to interpreters by reference (a large buffer, a file descriptor, a channel "
+                "end): keep sys.path to str entries")
         pthread_mutex_lock(&self.q.mu)
         free(self.q.settings_data)
         self.q.settings_data = b.data

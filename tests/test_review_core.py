@@ -275,6 +275,24 @@ async def test_settings_a_worker_cannot_apply_fail_the_task_not_lose_it():
         assert await asyncio.wait_for(pool.run(workfuncs.interp_id), 30) == first_id
 
 
+async def test_settings_that_would_cross_by_reference_are_refused_at_submit():
+    # Every worker decodes its own copy of the settings blob: a reference in
+    # it (here shared memory) would be adopted once per worker.
+    blocks_before = _core.share_stats()[2]
+    async with asi.InterpreterPool(2) as pool:
+        assert await pool.run(workfuncs.square, 2) == 4
+        entry = asi.SharedBuffer(1)
+        sys.path.append(entry)
+        try:
+            with pytest.raises(TypeError, match="keep sys.path to str entries"):
+                pool.submit(workfuncs.square, 3)
+        finally:
+            sys.path.remove(entry)
+        assert await pool.run(workfuncs.square, 3) == 9
+    del entry
+    assert _core.share_stats()[2] == blocks_before  # the shared block is freed
+
+
 # -- 12: setup blobs ---------------------------------------------------------------
 
 def test_setup_of_a_worker_never_started_releases_its_fd(tmp_path):
