@@ -108,3 +108,38 @@ def _rebuild_refused():
     if not _core.is_main_interpreter():
         raise LookupError("RefusedInWorkers cannot be rebuilt in a worker")
     return RefusedInWorkers()
+
+
+class _BufferThatWaits:
+    """Exports a small buffer; its second export (the one encode_share takes)
+    writes b"b" to wfd and waits for lock: the GIL is released meanwhile."""
+
+    def __init__(self, lock, wfd):
+        self.lock = lock
+        self.wfd = wfd
+        self.exports = 0
+        self.data = bytearray(b"0123456789")
+
+    def __buffer__(self, flags):
+        self.exports += 1
+        if self.exports == 2:
+            os.write(self.wfd, b"b")
+            self.lock.acquire()
+            self.lock.release()
+        return memoryview(self.data)
+
+
+def share_from_a_thread(lock, wfd):
+    """Start a thread that shares a buffer whose export waits for lock (held by
+    main); the thread writes b"ok" or b"refused" to wfd. Returns at once."""
+    import threading
+
+    def body():
+        try:
+            _core.dumps(_core.share(_BufferThatWaits(lock, wfd)))
+            out = b"ok"
+        except ValueError:
+            out = b"refused"
+        os.write(wfd, out)
+
+    threading.Thread(target=body).start()

@@ -293,6 +293,40 @@ async def test_settings_that_would_cross_by_reference_are_refused_at_submit():
     assert _core.share_stats()[2] == blocks_before  # the shared block is freed
 
 
+# -- 11: encode_share racing the owner's end ---------------------------------------
+
+def test_share_encoded_while_its_worker_leaves_its_job_loop(tmp_path):
+    # A thread of a worker shares a buffer; the buffer's export (__buffer__)
+    # releases the GIL and the worker thread leaves its job loop meanwhile,
+    # freeing the interpreter's share owner. The share must then be refused
+    # (the interpreter no longer owns shares), not recorded in the freed owner.
+    proc = run_child(tmp_path, """
+        import asyncio, os
+        import aiosubinterp as asi
+        import reviewcorefuncs
+
+        async def main():
+            r, w = os.pipe()
+            lock = asi.SharedLock()
+            lock.acquire()
+            pool = asi.InterpreterPool(1)
+            await pool.run(reviewcorefuncs.share_from_a_thread, lock, w)
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, os.read, r, 1) == b"b"
+            (worker,) = pool._workers.values()
+            closing = asyncio.ensure_future(pool.aclose())
+            while worker.state != "exited":  # its job loop ended: the owner is gone
+                await asyncio.sleep(0.001)
+            lock.release()
+            await closing
+            print(os.read(r, 100).decode(), flush=True)
+
+        asyncio.run(main())
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert proc.stdout == "refused\n"
+
+
 # -- 12: setup blobs ---------------------------------------------------------------
 
 def test_setup_of_a_worker_never_started_releases_its_fd(tmp_path):
