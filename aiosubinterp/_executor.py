@@ -509,8 +509,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             self._check()
         owner = self._completions or self._start()
         if engine._path is not None and sys.path != engine._path:
-            engine._path = list(sys.path)
-            engine._queue.set_settings((tuple(engine._path),))
+            path = list(sys.path)
+            engine._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
+            engine._path = path
         tid = next(_pool._task_ids)
         fut = _Future(owner, tid)
         # Registered before it is queued: its completion may come at once.

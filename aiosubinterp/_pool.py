@@ -326,7 +326,8 @@ class _Engine:
         # worker can serve max_tasks jobs before its starter thread resumes).
         self._retired_early: set[int] = set()
         # Replacement workers being started; a closing pool waits for them
-        # (they serve what is still queued), signalled through _adds_done.
+        # (they serve what is still queued), signalled through _adds_done,
+        # which also tells a cancel (_interrupt) that a worker was listed.
         self._pending_adds = 0
         self._adds_done = threading.Condition(self._lock)
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
@@ -481,6 +482,7 @@ class _Engine:
             f"this {self._kind} was closed before the task could run")))
         with self._lock:
             self._state = "closed"
+            self._adds_done.notify_all()
         if not self._started.done():
             self._started.set_exception(PoolClosedError(f"this {self._kind} is closed"))
         if not self._closed.done():
@@ -556,8 +558,9 @@ class _Engine:
         self._check_open()
         hub = _loop.hub_for(loop)
         if self._path is not None and sys.path != self._path:
-            self._path = list(sys.path)
-            self._queue.set_settings((tuple(self._path),))
+            path = list(sys.path)
+            self._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
+            self._path = path
         tid = next(_task_ids)
         try:
             self._queue.submit(tid, kind, payload, hub.core)
@@ -657,12 +660,19 @@ class _Engine:
         # A worker serves jobs a moment before its starter lists it: wait
         # for it to appear (this runs on a helper thread, never the loop).
         deadline = time.monotonic() + max(self._grace, 1.0)
-        while (worker := self._workers.get(serial)) is None:
-            if time.monotonic() > deadline or self._state == "closed":
-                return
-            time.sleep(0.001)
-        worker.interrupt(tid)
-        if worker.wait_idle(tid, self._grace) or not self._replace_stuck:
+        with self._lock:
+            while (worker := self._workers.get(serial)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._state == "closed":
+                    return
+                self._adds_done.wait(left)  # _register() and closing notify
+        # A worker stuck in a C call keeps its GIL, so the interruption may
+        # not get through: it waits at most the grace period, which it shares
+        # with the wait for the task to stop.
+        deadline = time.monotonic() + self._grace
+        worker.interrupt(tid, self._grace)
+        if (worker.wait_idle(tid, max(0.0, deadline - time.monotonic()))
+                or not self._replace_stuck):
             return
         # The task ignores the interruption (blocked in C, or catching it):
         # give up on this worker and put a fresh one in its slot.
@@ -684,6 +694,7 @@ class _Engine:
             self._retired_early.discard(worker.serial)
             return False
         self._workers[worker.serial] = worker
+        self._adds_done.notify_all()  # a cancel may wait for this worker (_interrupt)
         return True
 
     def _on_retired(self, serial: int) -> None:

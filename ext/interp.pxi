@@ -56,24 +56,47 @@ cdef void interp_end(WorkerState* w) noexcept:
     PyEval_RestoreThread(save)
 
 
-cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
-    """Raise KeyboardInterrupt in the worker if it still runs task tid.
+cdef extern from "<pthread.h>" nogil:
+    int PTHREAD_CREATE_DETACHED
+    int pthread_attr_setdetachstate(pthread_attr_t*, int)
 
-    Caller holds no GIL (main was released by the caller) and has pinned the
-    worker (w.ops) so the interpreter cannot be destroyed meanwhile.
+
+cdef enum:
+    CLAIM_NONE = 0      # the task no longer runs on the worker
+    CLAIM_INJECT = 1    # it runs as plain Python code: inject KeyboardInterrupt
+    CLAIM_FLAGGED = 2   # it runs on the worker's event loop: flagged, loop woken
+
+cdef enum:
+    INTERRUPT_PENDING = -1  # the worker kept its GIL past the timeout (a long C call)
+
+
+cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
+    """Raise KeyboardInterrupt in the worker if it still runs task tid as plain
+    Python code; flag it instead if it runs on the worker's event loop.
+
+    Blocks until the worker yields its GIL: without bound if it sits in C code
+    that never checks for it (sum(range(10**11))). So it runs on a helper
+    thread (interrupt_helper_main); the caller waits with a deadline.
+    Caller holds no GIL and has pinned the worker (w.ops) so the interpreter
+    cannot be destroyed meanwhile.
     """
     cdef PyThreadState* ts
-    cdef bint hit = False
+    cdef int claim
     # GIL: none -> none (a thread state of the worker's interpreter for this thread)
     ts = PyThreadState_New(w.interp)
     if ts == NULL:
         return False
-    # GIL: none -> sub (waits up to one switch interval for the worker to yield)
+    # GIL: none -> sub (waits until the worker yields: one switch interval
+    # while it runs bytecode, the whole call while it sits in C)
     PyEval_RestoreThread(ts)
+    # Decide again, now that the worker stands still: while we waited, the
+    # job may have started a coroutine on the worker's loop (wake_fd set, or
+    # a session slot), where an injected exception would land in the loop's
+    # own code, or never fire while the loop sleeps in epoll.
     pthread_mutex_lock(&w.q.mu)
-    hit = worker_claim_sync_interrupt(w, tid)
+    claim = worker_claim_interrupt(w, tid, True)
     pthread_mutex_unlock(&w.q.mu)
-    if hit:
+    if claim == CLAIM_INJECT:
         # Holding the sub GIL, the worker cannot be between "task done" and
         # "current_tid cleared" (that stretch runs no bytecode, so it never
         # yields): the exception lands in the task, or is cleared unraised.
@@ -84,4 +107,98 @@ cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
     PyThreadState_Clear(ts)
     # GIL: sub -> none
     PyThreadState_DeleteCurrent()
-    return hit
+    return claim != CLAIM_NONE
+
+
+cdef struct InterruptOp:
+    pthread_mutex_t mu
+    pthread_cond_t cv
+    WorkerState* w
+    uint64_t tid
+    int refs            # the waiting caller + the helper thread
+    int done
+    int hit
+
+
+cdef void interrupt_op_decref(InterruptOp* op) noexcept nogil:
+    cdef bint last
+    pthread_mutex_lock(&op.mu)
+    op.refs -= 1
+    last = op.refs == 0
+    pthread_mutex_unlock(&op.mu)
+    if last:
+        pthread_cond_destroy(&op.cv)
+        pthread_mutex_destroy(&op.mu)
+        free(op)
+
+
+cdef void* interrupt_helper_main(void* arg) noexcept nogil:
+    """Detached thread: interp_interrupt, then unpin the worker and report."""
+    cdef InterruptOp* op = <InterruptOp*>arg
+    cdef WorkerState* w = op.w
+    cdef bint hit = interp_interrupt(w, op.tid)
+    # Unpinned only now that this thread's state is deleted: Py_EndInterpreter
+    # (worker_close waits for ops == 0) needs ts0 to be the last thread state.
+    # w may be freed right after: not touched again.
+    pthread_mutex_lock(&w.q.mu)
+    w.ops -= 1
+    pthread_cond_broadcast(&w.q.state_cv)
+    pthread_mutex_unlock(&w.q.mu)
+    pthread_mutex_lock(&op.mu)
+    op.done = 1
+    op.hit = hit
+    pthread_cond_broadcast(&op.cv)
+    pthread_mutex_unlock(&op.mu)
+    interrupt_op_decref(op)
+    return NULL
+
+
+cdef int interrupt_with_deadline(WorkerState* w, uint64_t tid, double timeout) noexcept nogil:
+    """interp_interrupt on a detached helper thread, waited for at most timeout seconds.
+
+    Returns 1 (delivered), 0 (the task no longer runs, or no thread could be
+    started) or INTERRUPT_PENDING: the worker kept its GIL past the timeout;
+    the helper stays blocked and delivers (or finds the task gone) when the
+    worker yields. The helper pins the worker (w.ops) until it is done, so a
+    closer waits for it; the exit sweep does not need to (it exits with 70).
+    Caller holds no GIL and has pinned w.
+    """
+    cdef InterruptOp* op = <InterruptOp*>calloc(1, sizeof(InterruptOp))
+    cdef pthread_attr_t attr
+    cdef pthread_t thread
+    cdef double deadline = asi_monotonic() + timeout
+    cdef int rc
+    cdef int result
+    if op == NULL:
+        return 0
+    pthread_mutex_init(&op.mu, NULL)
+    asi_cond_init(&op.cv)
+    op.w = w
+    op.tid = tid
+    op.refs = 2
+    pthread_mutex_lock(&w.q.mu)
+    w.ops += 1  # the helper's own pin, dropped by the helper
+    pthread_mutex_unlock(&w.q.mu)
+    pthread_attr_init(&attr)
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)
+    rc = pthread_create(&thread, &attr, interrupt_helper_main, op)
+    pthread_attr_destroy(&attr)
+    if rc != 0:
+        # No thread: do not block here without bound either. The caller's
+        # grace period runs out and the worker is replaced (or the exit
+        # sweep exits with 70).
+        pthread_mutex_lock(&w.q.mu)
+        w.ops -= 1
+        pthread_cond_broadcast(&w.q.state_cv)
+        pthread_mutex_unlock(&w.q.mu)
+        op.refs = 1
+        interrupt_op_decref(op)
+        return 0
+    pthread_mutex_lock(&op.mu)
+    while not op.done:
+        if timeout <= 0 or asi_cond_wait_until(&op.cv, &op.mu, deadline) == ETIMEDOUT:
+            break
+    result = op.hit if op.done else INTERRUPT_PENDING
+    pthread_mutex_unlock(&op.mu)
+    interrupt_op_decref(op)
+    return result

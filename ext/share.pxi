@@ -95,9 +95,15 @@ cdef struct SharedMem:
 
 cdef extern from *:
     """
-    static char asi_main_owner_storage[256];
+    /* Aligned for the ShareOwner it holds (pointers, atomics): a plain char
+     * array may sit at any address. */
+    static _Alignas(16) char asi_main_owner_storage[256];
     """
     char asi_main_owner_storage[256]
+
+if sizeof(ShareOwner) > sizeof(asi_main_owner_storage):
+    raise ImportError("aiosubinterp._core: asi_main_owner_storage is too small for a ShareOwner")
+
 
 cdef inline ShareOwner* main_owner() noexcept nogil:
     return <ShareOwner*>asi_main_owner_storage
@@ -303,6 +309,16 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
     rec.buf = <char*>rec.view.buf
     rec.len = rec.view.len
     rec.refs = 1
+    # PyObject_GetBuffer may have run Python code (a __buffer__ method) and
+    # let other threads of this interpreter run: the worker thread may have
+    # left its job loop and freed the owner (owner_kill) meanwhile. Read the
+    # owner again; from here to the reference taken below no Python code
+    # runs, so the GIL is not released and the owner cannot go away.
+    o = current_owner()
+    if o == NULL:
+        PyBuffer_Release(&rec.view)
+        free(rec)
+        return 0
     rec.owner = o
     pthread_mutex_lock(&asi_share_mu)
     o.refs += 1
@@ -710,10 +726,25 @@ cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:
     r.p = data
     r.end = data + size
     r.no_refs = 0
-    return _discard_obj(&r)
+    return _discard_obj(&r, NULL)
 
 
-cdef int _discard_obj(Reader* r) noexcept nogil:
+cdef Py_ssize_t blob_refs(const char* data, Py_ssize_t size) noexcept nogil:
+    """How many references (shares, shared memory, fds, channel ends) a blob
+    owns, dropping none; -1 on a corrupt blob. A blob copied to several
+    receivers (worker settings) must own none: each copy would adopt them."""
+    cdef Reader r
+    cdef int found = 0
+    r.p = data
+    r.end = data + size
+    r.no_refs = 0
+    if _discard_obj(&r, &found) < 0:
+        return -1
+    return found
+
+
+cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
+    """Drop what one encoded object owns, or with count != NULL only count it."""
     cdef unsigned char tag
     cdef int64_t n, i, v
     if r.end - r.p < 1:
@@ -732,28 +763,40 @@ cdef int _discard_obj(Reader* r) noexcept nogil:
         memcpy(&v, r.p, 8)
         memcpy(&n, r.p + 8, 8)
         r.p += 16
-        chan_orphan_end(v, n)
+        if count != NULL:
+            count[0] += 1
+        else:
+            chan_orphan_end(v, n)
         return 0
     if tag == TAG_SHARE:
         if r.end - r.p < 32:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 32
-        rec_decref(<ShareRec*><Py_ssize_t>v)
+        if count != NULL:
+            count[0] += 1
+        else:
+            rec_decref(<ShareRec*><Py_ssize_t>v)
         return 0
     if tag == TAG_SHARED_MEM:
         if r.end - r.p < 16:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 16
-        shm_decref(<SharedMem*><Py_ssize_t>v)
+        if count != NULL:
+            count[0] += 1
+        else:
+            shm_decref(<SharedMem*><Py_ssize_t>v)
         return 0
     if tag == TAG_FD:
         if r.end - r.p < 40:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 40
-        close(<int>v)
+        if count != NULL:
+            count[0] += 1
+        else:
+            close(<int>v)
         return 0
     if tag == TAG_TUPLE or tag == TAG_FROZENSET or tag == TAG_PICKLE_OOB or tag == TAG_LIST:
         if r.end - r.p < 8:
@@ -761,7 +804,7 @@ cdef int _discard_obj(Reader* r) noexcept nogil:
         memcpy(&n, r.p, 8)
         r.p += 8
         for i in range(n):
-            if _discard_obj(r) < 0:
+            if _discard_obj(r, count) < 0:
                 return -1
         if tag != TAG_PICKLE_OOB:
             return 0
@@ -771,7 +814,7 @@ cdef int _discard_obj(Reader* r) noexcept nogil:
         memcpy(&n, r.p, 8)
         r.p += 8
         for i in range(2 * n):
-            if _discard_obj(r) < 0:
+            if _discard_obj(r, count) < 0:
                 return -1
         return 0
     # length-prefixed bodies (and the pickle bytes after 'P')

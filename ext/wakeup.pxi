@@ -37,12 +37,20 @@ cdef void hub_decref(HubState* h) noexcept nogil:
 
 
 cdef void completions_free(Completion* c) noexcept nogil:
+    """Free completions nobody will decode, dropping what their results carry
+    (shares, shared memory, fds, channel ends). Caller holds no channel lock."""
     cdef Completion* nxt
+    cdef bint any_data = False
     while c != NULL:
         nxt = c.next
+        if c.data != NULL:
+            blob_discard(c.data, c.size)
+            any_data = True
         free(c.data)
         free(c)
         c = nxt
+    if any_data:
+        chan_release_orphans()
 
 
 cdef void hub_wake(HubState* h) noexcept nogil:
@@ -62,8 +70,8 @@ cdef void hub_post(HubState* h, Completion* c) noexcept nogil:
     pthread_mutex_lock(&h.mu)
     if h.closed:
         pthread_mutex_unlock(&h.mu)
-        free(c.data)
-        free(c)
+        c.next = NULL
+        completions_free(c)  # the loop is gone: drop what the result carries
         return
     was_empty = h.head == NULL
     if h.tail == NULL:
@@ -81,6 +89,8 @@ cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t
     """Post a completion carrying `data` (ownership passes to the hub). Returns -1 if out of memory."""
     cdef Completion* c = <Completion*>calloc(1, sizeof(Completion))
     if c == NULL:
+        blob_discard(data, size)
+        chan_release_orphans()
         free(data)
         return -1
     c.tid = tid
@@ -131,13 +141,15 @@ cdef class Hub:
 
     cdef void _close(self) noexcept:
         cdef HubState* h = self.h
+        cdef Completion* left
         self.h = NULL
         pthread_mutex_lock(&h.mu)
         h.closed = 1
-        completions_free(h.head)
+        left = h.head
         h.head = NULL
         h.tail = NULL
         pthread_mutex_unlock(&h.mu)
+        completions_free(left)  # outside h.mu: dropping a share may take other locks
         hub_decref(h)
 
     cdef HubState* state(self) except NULL:

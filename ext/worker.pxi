@@ -65,6 +65,11 @@ cdef void worker_free(WorkerState* w) noexcept nogil:
     free(w.slots)
     free(w.slot_flags)
     free(w.bootstrap)
+    if w.setup_data != NULL:
+        # Never decoded (the worker did not get that far): drop what the
+        # initargs carry (shares, fds, channel ends).
+        blob_discard(w.setup_data, w.setup_size)
+        chan_release_orphans()
     free(w.setup_data)
     free(w.error_data)
     free(w.error_text)
@@ -326,7 +331,18 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
         chan_release_orphans()
         out.size = 0
         status = DONE_ERROR
-        encode_into(&out, runner.describe_minimal(exc))
+        try:
+            encode_into(&out, runner.describe_minimal(exc))
+        except BaseException:
+            # A hostile __repr__, or out of memory: say so with plain strings
+            # (no user code runs), and never lose the job.
+            out.size = 0
+            try:
+                encode_into(&out, ("builtins.RuntimeError", "aiosubinterp: the task ended, but "
+                                   "its outcome could not be described to send it back", "", None))
+            except BaseException:
+                out.size = 0
+                status = DONE_LOCAL_ERROR
     failure = None
     value = None
     pthread_mutex_lock(&w.q.mu)
@@ -345,13 +361,24 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
     return 0
 
 
-cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
+cdef int worker_run_job(WorkerState* w, object runner, Job* job, char* settings,
+                        Py_ssize_t settings_size) except -1:
+    """Run the dispatched job (after applying main's new settings, if any) and post it."""
     cdef int status = DONE_OK
     cdef bint hit
     cdef bint taken
     failure = None
     value = None
     try:
+        if settings != NULL:
+            try:
+                runner.apply_settings(decode_blob(settings, settings_size))
+            except BaseException:
+                # This job fails with the reason; the next one tries again.
+                pthread_mutex_lock(&w.q.mu)
+                w.settings_version = 0
+                pthread_mutex_unlock(&w.q.mu)
+                raise
         value = runner.run(job.kind, decode_blob(job.data, job.size))
     except BaseException as exc:
         failure = exc
@@ -374,45 +401,57 @@ cdef int worker_run_job(WorkerState* w, object runner, Job* job) except -1:
     return worker_post(w, runner, job, status, failure, value)
 
 
-cdef bint worker_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
+cdef int worker_interrupt(WorkerState* w, uint64_t tid, double timeout) noexcept nogil:
     """Interrupt task tid on w: a cancel message to its event loop if it runs a
-    coroutine, else KeyboardInterrupt injected. Caller holds no GIL and pinned w (w.ops)."""
-    cdef int i
+    coroutine, else KeyboardInterrupt injected, which needs the worker's GIL:
+    waited for at most timeout seconds (interrupt_with_deadline).
+
+    Returns 1 (delivered), 0 (tid does not run on w) or INTERRUPT_PENDING.
+    Caller holds no GIL and pinned w (w.ops).
+    """
+    cdef int claim
     pthread_mutex_lock(&w.q.mu)
-    if w.exited:
-        pthread_mutex_unlock(&w.q.mu)
-        return False
-    i = worker_slot_of(w, tid)
-    if i >= 0 and not (w.slot_flags[i] & SLOT_SYNC):
-        w.slot_flags[i] |= SLOT_CANCEL
-        worker_poke(w)
-        pthread_mutex_unlock(&w.q.mu)
-        return True
-    if i < 0 and w.wake_fd >= 0 and w.current_tid == tid:
-        w.cancel_tid = tid
-        worker_poke(w)
-        pthread_mutex_unlock(&w.q.mu)
-        return True
+    claim = worker_claim_interrupt(w, tid, False)
     pthread_mutex_unlock(&w.q.mu)
-    return interp_interrupt(w, tid)
+    if claim != CLAIM_INJECT:
+        return claim == CLAIM_FLAGGED
+    return interrupt_with_deadline(w, tid, timeout)
 
 
-cdef bint worker_claim_sync_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
-    """Whether tid runs as plain Python code on w now, so that KeyboardInterrupt
-    may be injected; records the request. Caller holds q.mu and the sub GIL."""
+cdef int worker_claim_interrupt(WorkerState* w, uint64_t tid, bint holding_gil) noexcept nogil:
+    """How to interrupt tid on w now (CLAIM_*). Caller holds q.mu.
+
+    A job on the worker's event loop (a session slot not in a synchronous
+    call, or the dispatched job while wake_fd is set) is flagged and the loop
+    woken: that needs no GIL. A job running plain Python code needs an
+    injected KeyboardInterrupt: with holding_gil (the caller holds the sub
+    GIL, so the worker stands still) the request is recorded for the
+    injection that follows; without it nothing is recorded (the caller gets
+    the GIL and asks again).
+    """
     cdef int i
     if w.exited:
-        return False
+        return CLAIM_NONE
     if w.in_session:
         i = worker_slot_of(w, tid)
-        if i >= 0 and (w.slot_flags[i] & SLOT_SYNC):
+        if i < 0:
+            return CLAIM_NONE
+        if not (w.slot_flags[i] & SLOT_SYNC):
             w.slot_flags[i] |= SLOT_CANCEL
-            return True
-        return False
-    if w.current_tid == tid:
+            worker_poke(w)
+            return CLAIM_FLAGGED
+        if holding_gil:
+            w.slot_flags[i] |= SLOT_CANCEL
+        return CLAIM_INJECT
+    if w.current_tid != tid or tid == 0:
+        return CLAIM_NONE
+    if w.wake_fd >= 0:
         w.cancel_tid = tid
-        return True
-    return False
+        worker_poke(w)
+        return CLAIM_FLAGGED
+    if holding_gil:
+        w.cancel_tid = tid
+    return CLAIM_INJECT
 
 
 def _worker_concurrency(Py_ssize_t handle):
@@ -630,7 +669,15 @@ def _worker_main(Py_ssize_t handle):
     global _share_owner_addr
     from aiosubinterp import _worker
     try:
-        runner = _worker.Runner(decode_blob(w.setup_data, w.setup_size), handle)
+        try:
+            setup = decode_blob(w.setup_data, w.setup_size)
+        finally:
+            # Decoded: its references now belong to `setup` (worker_free
+            # discards a blob only while it was never decoded).
+            free(w.setup_data)
+            w.setup_data = NULL
+        runner = _worker.Runner(setup, handle)
+        setup = None
     except BaseException as exc:
         err.data = NULL
         err.size = 0
@@ -654,12 +701,39 @@ def _worker_main(Py_ssize_t handle):
     worker_set_state(w, W_READY)
     try:
         worker_job_loop(w, runner)
+    except BaseException as exc:
+        # Whatever escaped the job loop, the job it dispatched is not lost:
+        # its awaiter gets an error (the thread still ends).
+        worker_fail_dispatched(w, runner, exc)
+        raise
     finally:
         pthread_mutex_lock(&w.q.mu)
         w.share_owner = NULL
         pthread_mutex_unlock(&w.q.mu)
         _share_owner_addr = 0
         owner_kill(owner)
+
+
+cdef void worker_fail_dispatched(WorkerState* w, object runner, object exc) noexcept:
+    """Post an error for the job the C loop dispatched, if it was not posted. Sub GIL held."""
+    cdef Job* job
+    pthread_mutex_lock(&w.q.mu)
+    job = w.current_job
+    w.current_job = NULL
+    pthread_mutex_unlock(&w.q.mu)
+    if job == NULL:
+        return
+    worker_finish_running(w)
+    try:
+        why = f"{type(exc).__name__}: {exc}"
+    except BaseException:
+        why = type(exc).__name__
+    try:
+        worker_post(w, runner, job, DONE_ERROR, RuntimeError(
+            f"aiosubinterp: the worker's job loop failed while it ran this task ({why}); "
+            "the worker stopped"), None)
+    except BaseException:
+        pass  # out of memory; worker_post freed the job
 
 
 cdef int worker_job_loop(WorkerState* w, object runner) except -1:
@@ -679,13 +753,11 @@ cdef int worker_job_loop(WorkerState* w, object runner) except -1:
                 continue
             pthread_mutex_unlock(&w.q.mu)
             break
-        if settings != NULL:
-            try:
-                runner.apply_settings(decode_blob(settings, settings_size))
-            finally:
-                free(settings)
-                settings = NULL
-        worker_run_job(w, runner, job)
+        try:
+            worker_run_job(w, runner, job, settings, settings_size)
+        finally:
+            free(settings)
+            settings = NULL
     runner.shutdown()
     share_drain(owner)
     return 0
@@ -718,30 +790,36 @@ cdef class Queue:
         cdef Buf b
         cdef Job* job
         cdef HubState* h = hub.state()
+        # The job's hub reference, taken before anything that can run Python
+        # code (pickling, a __del__ during share_drain): that code may release
+        # the GIL, and another thread may close the hub meanwhile (executor
+        # shutdown). Without it, h could be freed under us.
+        pthread_mutex_lock(&h.mu)
+        h.refs += 1
+        pthread_mutex_unlock(&h.mu)
         b.data = NULL
         b.size = 0
         b.cap = 0
-        share_drain(main_owner())
         try:
+            share_drain(main_owner())
             encode_into(&b, payload)
         except BaseException:
             blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
             chan_release_orphans()
             buf_free(&b)
+            hub_decref(h)
             raise
         job = <Job*>calloc(1, sizeof(Job))
         if job == NULL:
             blob_discard(b.data, b.size)
             chan_release_orphans()
             buf_free(&b)
+            hub_decref(h)
             raise MemoryError()
         job.tid = tid
         job.kind = kind
         job.data = b.data
         job.size = b.size
-        pthread_mutex_lock(&h.mu)
-        h.refs += 1
-        pthread_mutex_unlock(&h.mu)
         job.hub = h
         pthread_mutex_lock(&self.q.mu)
         if self.q.closed:
@@ -834,8 +912,20 @@ cdef class Queue:
         try:
             encode_into(&b, settings)
         except BaseException:
+            blob_discard(b.data, b.size)
+            chan_release_orphans()
             buf_free(&b)
             raise
+        if blob_refs(b.data, b.size) != 0:
+            # Every worker decodes its own copy: a share, fd or channel end in
+            # it would be adopted once per worker (a double release).
+            blob_discard(b.data, b.size)
+            chan_release_orphans()
+            buf_free(&b)
+            raise TypeError(
+                "aiosubinterp: the worker settings (main's sys.path) hold an object that crosses "
+                "to interpreters by reference (a large buffer, a file descriptor, a channel "
+                "end): keep sys.path to str entries")
         pthread_mutex_lock(&self.q.mu)
         free(self.q.settings_data)
         self.q.settings_data = b.data
@@ -928,6 +1018,8 @@ cdef class Worker:
         try:
             encode_into(&b, setup)
         except BaseException:
+            blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
+            chan_release_orphans()
             buf_free(&b)
             free(w.slots)
             free(w.slot_flags)
@@ -1041,29 +1133,38 @@ cdef class Worker:
         worker_poke(w)
         pthread_mutex_unlock(&w.q.mu)
 
-    def interrupt(self, uint64_t tid):
-        """Raise KeyboardInterrupt inside task tid if this worker still runs it.
+    def interrupt(self, uint64_t tid, double timeout=1.0):
+        """Interrupt task tid if this worker still runs it.
 
-        Blocks for up to one switch interval (about 5 ms) of the worker.
-        Returns True if the exception was injected.
+        A coroutine job is cancelled on the worker's event loop; a plain
+        call gets KeyboardInterrupt, which needs the worker's GIL: the worker
+        yields it within one switch interval (about 5 ms) while it runs
+        bytecode, but not while it sits in a long C call. So this waits at
+        most ``timeout`` seconds; past that the request stays pending on a
+        helper thread and is delivered when the worker next yields.
+
+        Returns True if the interruption was delivered (or the coroutine
+        flagged) in time; False if tid does not run here, or is still pending.
         """
         cdef WorkerState* w = self.w
-        cdef bint hit = False
+        cdef int hit = 0
+        if not timeout >= 0:
+            raise ValueError(f"Worker.interrupt: timeout must be >= 0 seconds, got {timeout!r}")
         pthread_mutex_lock(&w.q.mu)
         if w.closing or w.exited or w.state != W_READY or not worker_runs(w, tid):
             pthread_mutex_unlock(&w.q.mu)
             return False
         w.ops += 1
         pthread_mutex_unlock(&w.q.mu)
-        # GIL: main -> none (worker_interrupt may attach to the worker's interpreter)
+        # GIL: main -> none (a helper thread may attach to the worker's interpreter)
         with nogil:
-            hit = worker_interrupt(w, tid)
+            hit = worker_interrupt(w, tid, timeout)
             pthread_mutex_lock(&w.q.mu)
             w.ops -= 1
             pthread_cond_broadcast(&w.q.state_cv)
             pthread_mutex_unlock(&w.q.mu)
         # GIL: none -> main
-        return hit
+        return hit == 1
 
     def wait_idle(self, uint64_t tid, double timeout):
         """Wait until this worker no longer runs task tid. True if it stopped in time."""
@@ -1206,6 +1307,7 @@ def _shutdown_all(double grace=5.0):
     cdef uint64_t tid
     cdef bint ok
     cdef int orphan
+    cdef double deadline
     global asi_exiting
     # GIL: main -> none (a start in progress finishes creating and starting first)
     with nogil:
@@ -1252,15 +1354,18 @@ def _shutdown_all(double grace=5.0):
         pthread_mutex_unlock(&w.q.mu)
         if ok:
             for tid in tids:
+                # Not waited for: a worker stuck in C keeps its GIL, and the
+                # grace period below covers every worker at once.
                 with nogil:  # GIL: main -> none -> main
-                    worker_interrupt(w, tid)
+                    worker_interrupt(w, tid, 0.0)
             pthread_mutex_lock(&w.q.mu)
             w.ops -= 1
             pthread_cond_broadcast(&w.q.state_cv)
             pthread_mutex_unlock(&w.q.mu)
+    deadline = asi_monotonic() + grace
     for i in range(len(states)):
         w = <WorkerState*><Py_ssize_t>states[i]
-        if not worker_wait_exited(w, grace):
+        if not worker_wait_exited(w, max(0.0, deadline - asi_monotonic())):
             import os, sys
             sys.stderr.write(
                 f"aiosubinterp: interpreter {w.interp_id} is still running a task at exit "
