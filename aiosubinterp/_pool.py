@@ -670,7 +670,7 @@ class _Engine:
         # not get through: it waits at most the grace period, which it shares
         # with the wait for the task to stop.
         deadline = time.monotonic() + self._grace
-        worker.interrupt(tid, self._grace)
+        delivered = worker.interrupt(tid, self._grace)
         if (worker.wait_idle(tid, max(0.0, deadline - time.monotonic()))
                 or not self._replace_stuck):
             return
@@ -687,6 +687,16 @@ class _Engine:
         worker.stop()
         if replace:
             self._add_worker()
+        # A delivered interruption can be swallowed: by an `except
+        # BaseException`, or by CPython itself when it lands in an importlib
+        # callback while the task's module is still being imported ("Exception
+        # ignored", seen under load). Repeat it while the abandoned task runs,
+        # so a task that does stop on KeyboardInterrupt ends and closing the
+        # pool does not wait for it forever. A pending one (the worker keeps
+        # its GIL in C) is delivered by its helper once the worker yields.
+        period = max(self._grace, 0.5)
+        while delivered and not worker.wait_idle(tid, period):
+            delivered = worker.interrupt(tid, period)
 
     def _register(self, worker: _core.Worker) -> bool:
         """Add a started worker (lock held). False if it already retired: replace it."""

@@ -1151,7 +1151,12 @@ cdef class Worker:
         if not timeout >= 0:
             raise ValueError(f"Worker.interrupt: timeout must be >= 0 seconds, got {timeout!r}")
         pthread_mutex_lock(&w.q.mu)
-        if w.closing or w.exited or w.state != W_READY or not worker_runs(w, tid):
+        # A closing worker may still be interrupted while its thread runs tid
+        # (a close with drain waits for that task: an abandoned task that
+        # swallowed an interruption gets another). Safe: the close joins the
+        # thread, then waits for ops == 0 before ending the interpreter, and
+        # exited is set under this lock.
+        if w.exited or w.state != W_READY or not worker_runs(w, tid):
             pthread_mutex_unlock(&w.q.mu)
             return False
         w.ops += 1

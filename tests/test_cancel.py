@@ -57,6 +57,23 @@ async def test_timeout_on_running_task():
         assert await asyncio.wait_for(pool.run(workfuncs.square, 7), 30) == 49
 
 
+async def test_a_swallowed_interruption_is_repeated_and_close_does_not_hang():
+    # The first KeyboardInterrupt is lost (seen under load: it landed in an
+    # importlib callback while the task's module was imported, and CPython
+    # printed "Exception ignored"); the task then spins. Its worker is
+    # replaced after the grace period, and the interruption is repeated until
+    # the task ends: closing the pool used to wait for it forever.
+    pool = asi.InterpreterPool(1, cancel_grace=0.2)
+    await pool.start()
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pool.run(workfuncs.swallow_once_then_spin), 0.3)
+        assert await asyncio.wait_for(pool.run(workfuncs.square, 7), 30) == 49
+        assert pool.statistics()["replaced"] == 1
+    finally:
+        await asyncio.wait_for(pool.aclose(), 30)
+
+
 async def test_stuck_task_gets_its_worker_replaced(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:

@@ -1007,3 +1007,15 @@ def keyword_calls():
     return (math.isclose(1.0, 1.0, rel_tol=0.1), zlib.compress(b"x", level=1),
             binascii.b2a_base64(b"x", newline=False), q.get(block=False),
             zlib.decompressobj().decompress(zlib.compress(b"abc"), max_length=2))
+
+
+def swallow_once_then_spin():
+    """Catches the first KeyboardInterrupt (as CPython does when one lands in an
+    importlib callback during an import), then spins until interrupted again."""
+    try:
+        while True:
+            pass
+    except KeyboardInterrupt:
+        pass
+    while True:
+        pass
