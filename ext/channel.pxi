@@ -684,11 +684,18 @@ cdef class ChannelOp:
     def cancel(self):
         """Withdraw if still waiting: True means nothing happened; False: it was committed."""
         cdef bint withdrawn = False
+        cdef ChanItem* item
         pthread_mutex_lock(&asi_chan_mu)
         if self.op.state == OPS_WAITING:
             op_withdraw(self.op)
             self.op.state = OPS_CANCELLED
             withdrawn = True
+            if self.op.kind == CH_SEND and self.op.item != NULL:
+                # Never sent: drop what it carries now, not when this object
+                # is collected (a traceback may keep it for long).
+                item = self.op.item
+                self.op.item = NULL
+                item_discard(item)
         chan_unlock()
         return withdrawn
 

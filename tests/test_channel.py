@@ -624,6 +624,7 @@ def test_loop_gone_while_receiving_loses_nothing():
 @pytest.mark.parametrize("name, expected", [
     ("stream_channel.py", "received 1000 items, sum 499500"),
     ("select_fanin.py", "fan-in done"),
+    ("fanin_clone.py", "sum of 3000 items: 4498500"),
 ])
 def test_examples_run(name, expected):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", name)],
