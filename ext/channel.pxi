@@ -122,6 +122,7 @@ cdef struct ChanLink:
     ChanLink* prev
     ChanState* chan
     void* op                 # ChanOp*
+    EndHandle* end           # the end waited through (closing it wakes this op)
     int index
     int linked
 
@@ -500,10 +501,20 @@ cdef void chan_unref(ChanState* c) noexcept nogil:
 
 
 cdef void handle_close_locked(EndHandle* e) noexcept nogil:
-    """Count end e as closed on its channel (once). asi_chan_mu held."""
-    if not e.closed:
-        e.closed = 1
-        chan_close_handle(e.c, e.kind)
+    """Count end e as closed on its channel (once), and wake the ops waiting
+    through it (another holder of the same end may be blocked in it). asi_chan_mu held."""
+    cdef ChanLink* l
+    if e.closed:
+        return
+    e.closed = 1
+    chan_close_handle(e.c, e.kind)
+    l = <ChanLink*>(e.c.rq_head if e.kind == CH_RECV else e.c.sq_head)
+    while l != NULL:
+        if l.end == e:
+            op_complete(<ChanOp*>l.op, CH_CLOSED, l.index, NULL)  # unlinks: start again
+            l = <ChanLink*>(e.c.rq_head if e.kind == CH_RECV else e.c.sq_head)
+        else:
+            l = l.next
 
 
 cdef void handle_decref_locked(EndHandle* e) noexcept nogil:
@@ -905,6 +916,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
     Returns (status, index, value), or a ChannelOp (mode 1, registered: not ready).
     """
     cdef Py_ssize_t n = len(ends)
+    cdef Py_ssize_t i
     cdef ChanState* one[1]
     cdef ChanState** chans = one
     cdef ChanItem* item = NULL
@@ -947,6 +959,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
             chan_unlock()
             raise MemoryError()
         op_register(op, chans)
+        for i in range(n):
+            op.links[i].end = (<ChannelEnd>ends[i]).h
         if mode == 1:
             pthread_mutex_lock(&h.mu)
             h.refs += 1
@@ -1134,6 +1148,7 @@ cdef class ChannelEnd:
             raise MemoryError()
         op.item = item
         op_register(op, &c)
+        op.links[0].end = self.h
         if mode == 1:
             pthread_mutex_lock(&h.mu)
             h.refs += 1

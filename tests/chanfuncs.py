@@ -200,3 +200,14 @@ def close_boxed(box):
 
 def produce_boxed(box, n):
     return produce_plain(box.ends["x"], n)
+
+
+def recv_until_closed(recv):
+    """Block in recv_sync until another holder of this same end closes it."""
+    from aiosubinterp import ChannelClosedError
+
+    try:
+        recv.recv_sync(timeout=30)
+    except ChannelClosedError:
+        return "closed"
+    return "received"

@@ -424,3 +424,32 @@ async def test_a_long_task_streaming_big_chunks_does_not_pin_them():
         assert _core.share_stats()[0] <= 3
         await ack_send.send("go")
         assert await asyncio.wait_for(task, T) <= 3
+
+
+# -- a close by another holder wakes the holders blocked in the same end -------------------------
+
+
+async def test_closing_an_end_wakes_a_worker_blocked_in_it():
+    send, recv = asi.open_channel(0)
+    other = recv.clone()  # the channel keeps a receiver: only the closed end's waiters wake
+    async with asi.InterpreterPool(1) as pool:
+        task = pool.submit(chanfuncs.recv_until_closed, recv)
+        while send.statistics().tasks_waiting_receive == 0:
+            await asyncio.sleep(0.001)
+        recv.close()
+        assert await asyncio.wait_for(task, T) == "closed"
+    assert other.statistics().open_receive_channels == 1
+
+
+async def test_closing_an_end_wakes_an_awaiting_sender_of_the_same_end():
+    send, recv = asi.open_channel(0)
+    sending = asyncio.create_task(send.send("x"))
+    while send.statistics().tasks_waiting_send == 0:
+        await asyncio.sleep(0)
+    keep = send.clone()  # a sender is left: only the closed end's waiters wake
+    send.close()
+    with pytest.raises(asi.ChannelClosedError):
+        await asyncio.wait_for(sending, T)
+    assert keep.statistics().tasks_waiting_send == 0
+    keep.close()
+    assert_ended(recv)
