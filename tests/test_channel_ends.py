@@ -413,12 +413,17 @@ async def test_a_long_task_streaming_big_chunks_does_not_pin_them():
     n, size = 24, _core.SHARE_THRESHOLD * 2
     async with asi.InterpreterPool(1) as pool:
         task = pool.submit(chanfuncs.stream_big_chunks, send, done_send, ack_recv, n, size)
-        count = 0
-        async for chunk in recv:
-            assert len(chunk) == size
-            count += 1
-            del chunk
-        assert count == n
+        del send  # the worker holds the only copy now (and closes it)
+
+        async def drain() -> int:
+            count = 0
+            async for chunk in recv:
+                assert len(chunk) == size
+                count += 1
+                del chunk
+            return count
+
+        assert await asyncio.wait_for(drain(), T) == n
         assert await asyncio.wait_for(done_recv.recv(), T) == "sent"
         # The task still runs: the chunks we dropped must not all be pinned by it.
         assert _core.share_stats()[0] <= 3
