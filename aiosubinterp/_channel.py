@@ -174,9 +174,10 @@ class _End(_core.ChannelEnd):
         An end passed to a worker (as an argument, a result or through a
         channel) is the same end, so closing it there closes it here, and
         the other way round. An end whose every copy is dropped without
-        close() counts as closed. When the last send end closes, receivers drain what is buffered and
-        then get EndOfChannel; when the last receive end closes, senders get
-        BrokenChannelError and buffered items are dropped.
+        close() counts as closed. When the last send end closes, receivers
+        drain what is buffered and then get EndOfChannel; when the last
+        receive end closes, senders get BrokenChannelError and buffered items
+        are dropped.
         """
         self._close()
 

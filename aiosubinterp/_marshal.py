@@ -55,7 +55,7 @@ def import_main_script(kind: str, where: str) -> types.ModuleType:
 
 
 def _end_slot(index: int) -> object:
-    """Stands for a channel end in a pickle made by dumps_ends/dumps_oob; only loads() resolves it."""
+    """Stands for a channel end in a pickle made by dumps_ends/dumps_oob; loads() resolves it."""
     raise RuntimeError("aiosubinterp: a channel end reference was unpickled outside a transfer")
 
 
