@@ -150,7 +150,8 @@ class ChannelStatistics:
     Attributes:
         current_buffer_used: items buffered now.
         max_buffer_size: the channel's maxsize (``math.inf`` if unbounded).
-        open_send_channels: open send ends (including ends on their way to an interpreter).
+        open_send_channels: open send ends: each clone counts, the copies of one
+            end (passed to workers, on their way to an interpreter) do not.
         open_receive_channels: open receive ends (likewise).
         tasks_waiting_send: senders (tasks or threads) blocked in send.
         tasks_waiting_receive: receivers blocked in recv or select.
@@ -168,11 +169,15 @@ class _End(_core.ChannelEnd):
     __slots__ = ()
 
     def close(self) -> None:
-        """Close this end (idempotent). Its clones stay open.
+        """Close this end (idempotent) for every holder of it. Its clones stay open.
 
-        When the last send end closes, receivers drain what is buffered and
-        then get EndOfChannel; when the last receive end closes, senders get
-        BrokenChannelError and buffered items are dropped.
+        An end passed to a worker (as an argument, a result or through a
+        channel) is the same end, so closing it there closes it here, and
+        the other way round. An end whose every copy is dropped without
+        close() counts as closed. When the last send end closes, receivers
+        drain what is buffered and then get EndOfChannel; when the last
+        receive end closes, senders get BrokenChannelError and buffered items
+        are dropped.
         """
         self._close()
 
@@ -187,7 +192,9 @@ class _End(_core.ChannelEnd):
         """A new, independently closable end of the same kind on the same channel.
 
         The channel ends (or breaks) only when every clone is closed: give one
-        clone to each producer (fan-in) or consumer (fan-out).
+        clone to each producer (fan-in) or consumer (fan-out), and close the
+        original. Passing an end without clone() shares it: a close() by the
+        receiver closes it for everyone.
         """
         end = self._clone()
         if end is None:
@@ -213,6 +220,8 @@ class _End(_core.ChannelEnd):
         self._close()
 
     def __repr__(self) -> str:
+        if not self._valid:
+            return f"<aiosubinterp.{type(self).__name__} (not made by open_channel())>"
         state = "closed" if self.closed else "open"
         return f"<aiosubinterp.{type(self).__name__} channel={self._channel_id} {state}>"
 
@@ -225,7 +234,10 @@ class SendChannel(_End):
 
     Thread-safety: any thread of the interpreter that holds it; the channel
     is shared by every interpreter holding one of its ends. Pass the end
-    itself (as a task argument or through a channel) to use it elsewhere.
+    itself (as a task argument or through a channel) to use it elsewhere:
+    the worker gets the same end (see close() and clone()). Plain pickling
+    (``pickle.dumps``, ``copy``) raises TypeError: only aiosubinterp's own
+    transfers carry an end.
     """
 
     __slots__ = ()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sys
 import types
 
-__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "dumps_oob", "function_ref", "loads"]
+__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "dumps_ends", "dumps_oob", "function_ref",
+           "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
@@ -26,6 +27,8 @@ main_importer = None
 # immutables never needs it, and it costs ~7 ms of each interpreter's start.
 _pickle = None
 _Unpickler = None
+_EndPickler = None
+_EndNotPicklable: type[BaseException] = TypeError  # _core.EndNotPicklableError once loaded
 
 
 def import_main_script(kind: str, where: str) -> types.ModuleType:
@@ -51,28 +54,79 @@ def import_main_script(kind: str, where: str) -> types.ModuleType:
     return module
 
 
+def _end_slot(index: int) -> object:
+    """Stands for a channel end in a pickle made by dumps_ends/dumps_oob; loads() resolves it."""
+    raise RuntimeError("aiosubinterp: a channel end reference was unpickled outside a transfer")
+
+
 def _load_pickle():
-    global _pickle, _Unpickler
+    global _pickle, _Unpickler, _EndPickler, _EndNotPicklable
     import pickle
 
+    from aiosubinterp import _core
+
+    end_type = _core.ChannelEnd
+
     class Unpickler(pickle.Unpickler):
+        def __init__(self, file, *, buffers=None, ends=None) -> None:
+            super().__init__(file, buffers=buffers)
+            self._ends = ends
+
         def find_class(self, module: str, name: str):
             if module == "__main__" and main_importer is not None:
                 return _getattr_path(main_importer(), name)
             if module == MAIN_ALIAS and main_importer is None:
                 module = "__main__"
+            if module == __name__ and name == "_end_slot" and self._ends is not None:
+                return self._ends.__getitem__
             return super().find_class(module, name)
 
-    _pickle, _Unpickler = pickle, Unpickler
+    class EndPickler(pickle.Pickler):
+        """Leaves channel ends out of the pickle: they cross natively beside it."""
+
+        def __init__(self, file, buffer_callback=None) -> None:
+            super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+            self.ends: list = []
+
+        def reducer_override(self, obj: object) -> object:
+            if isinstance(obj, end_type):
+                self.ends.append(obj)  # the memo makes each end come here once
+                return _end_slot, (len(self.ends) - 1,)
+            return NotImplemented
+
+    _pickle, _Unpickler, _EndPickler = pickle, Unpickler, EndPickler
+    _EndNotPicklable = _core.EndNotPicklableError
     return pickle
 
 
 def dumps(obj: object) -> bytes:
+    """A plain pickle (protocol 5); channel ends in obj are refused (EndNotPicklableError)."""
     return (_pickle or _load_pickle()).dumps(obj, protocol=5)
 
 
-def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list]:
-    """Pickle obj; PickleBuffers of threshold bytes or more are left out-of-band."""
+def _dumps_collecting(obj: object, buffer_callback) -> tuple[bytes, list]:
+    import io
+
+    file = io.BytesIO()
+    pickler = _EndPickler(file, buffer_callback)  # type: ignore[misc]
+    pickler.dump(obj)
+    return file.getvalue(), pickler.ends
+
+
+def dumps_ends(obj: object) -> tuple[bytes, list]:
+    """(pickle of obj, the channel ends it refers to), for the transfer encoder."""
+    pickle = _pickle or _load_pickle()
+    try:
+        return pickle.dumps(obj, protocol=5), []
+    except _EndNotPicklable:
+        # Rare: ends inside a pickled object. The plain pickler is the fast
+        # path (no Python call per object); only these values pay for the hook.
+        return _dumps_collecting(obj, None)
+
+
+def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list, list]:
+    """(pickle of obj, PickleBuffers of threshold bytes or more left out-of-band,
+    channel ends it refers to), for the transfer encoder."""
     pickle = _pickle or _load_pickle()
     oob: list = []
 
@@ -86,15 +140,20 @@ def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list]:
         oob.append(pb)
         return False
 
-    return pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band), oob
+    try:
+        return pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band), oob, []
+    except _EndNotPicklable:
+        oob.clear()
+        data, ends = _dumps_collecting(obj, keep_in_band)
+        return data, oob, ends
 
 
-def loads(data: bytes, buffers: list | None = None) -> object:
+def loads(data: bytes, buffers: list | None = None, ends: list | None = None) -> object:
     import io
 
     if _Unpickler is None:
         _load_pickle()
-    return _Unpickler(io.BytesIO(data), buffers=buffers).load()  # type: ignore[misc]
+    return _Unpickler(io.BytesIO(data), buffers=buffers, ends=ends).load()  # type: ignore[misc]
 
 
 def _getattr_path(obj: object, qualname: str) -> object:

@@ -2,9 +2,11 @@
 
 A channel lives in the memory of the process that opened it. A worker
 process gets a proxy for each end passed to it; every operation is a request
-over the worker's socket, done by the pool in the parent on the real end, so
-close semantics are the channel's own: closing the proxy (or the proxy dying
-at the end of the task) closes the end it stands for.
+over the worker's socket, done by the pool in the parent on a copy of the
+real end, so close semantics are the channel's own: the proxy is the same
+end, so closing it closes that end for every holder; the proxy dying at the
+end of the task drops only its copy (the end counts as closed if that was
+the last one).
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ class _ProxyEnd:
 
     @property
     def closed(self) -> bool:
-        """True once this end (this handle, not its clones) is closed."""
+        """True once this proxy closed its end (a close by another holder shows in operations)."""
         return self._closed
 
     def close(self) -> None:
-        """Close this end (idempotent), as SendChannel.close() / RecvChannel.close()."""
+        """Close this end for every holder (idempotent), as SendChannel.close()."""
         if self._closed:
             return
         self._call("close")

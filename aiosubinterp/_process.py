@@ -744,8 +744,8 @@ class ProcessPool:
         raise NotShareableError(f"cannot send {end!r} here: pass channel ends as task arguments")
 
     def _share_end(self, end: _core.ChannelEnd, keys: list[int] | set[int]) -> tuple:
-        """Keep a handle of end for a worker process; the worker gets a proxy of it."""
-        clone = end._clone()
+        """Keep a copy of end (the same end) for a worker process; the worker gets a proxy of it."""
+        clone = end._share()
         if clone is None:
             raise NotShareableError(
                 f"cannot send a closed channel end ({end!r}) to a worker process: send an open "
@@ -768,15 +768,20 @@ class ProcessPool:
             if end is None or end.closed:
                 raise ChannelClosedError(
                     "a channel end sent by a worker process was closed meanwhile")
-            return end.clone()
+            copy = end._share()  # the same end the worker passed, not a clone
+            if copy is None:
+                raise ChannelClosedError(
+                    "a channel end sent by a worker process was closed meanwhile")
+            return copy
         return resolve
 
-    def _close_key(self, key: int, proc: _Proc | None = None) -> None:
+    def _close_key(self, key: int, proc: _Proc | None = None, close: bool = False) -> None:
+        """Drop our copy of a worker's end; close=True closes the end for every holder."""
         with self._lock:
             end = self._ends.pop(key, None)
             if proc is not None:
                 proc.keys.discard(key)
-        if end is not None:
+        if end is not None and close:
             end._close()
 
     def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
@@ -801,7 +806,7 @@ class ProcessPool:
                 status, _, value = end._recv_nowait()
                 result = (status, value)
             elif op == "close":
-                self._close_key(key, proc)
+                self._close_key(key, proc, close=True)
                 result = (_DONE, None)
             elif op == "clone":
                 clone = end._clone()

@@ -157,10 +157,10 @@ async def _run_interpreters(pool: Any, circles: list[Circle], params: Params, fr
     links = _links(workers, lambda: asi.open_channel(maxsize=2))
     tasks = [pool.submit(_circles.channel_region, owned, lo, hi, params, frames, *links[k])
              for k, (lo, hi, owned) in enumerate(regions)]
-    for ends in links:  # each worker holds its own copies now
-        for end in ends:
-            if end is not None:
-                end.close()
+    # The ends passed to a worker are the same ends: each worker closes its
+    # own when it finishes (channel_region's finally), which ends its
+    # neighbours' streams; nothing to close here.
+    del links
     parts = await asyncio.gather(*tasks)
     return [c for part in parts for c in part]
 

@@ -55,8 +55,7 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             # small, interp -> loop
             send, recv = aiosubinterp.open_channel(1024)
             t0 = time.perf_counter()
-            task = pool.submit(_chanwork.chan_produce_small, send, n)
-            send.close()
+            task = pool.submit(_chanwork.chan_produce_small, send, n)  # it closes `send`
             count = 0
             async for _ in recv:
                 count += 1
@@ -65,7 +64,6 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             # small, loop -> interp
             send, recv = aiosubinterp.open_channel(1024)
             task = pool.submit(_chanwork.chan_consume, recv)
-            recv.close()
             t0 = time.perf_counter()
             s = send.send
             for i in range(n):
@@ -76,8 +74,7 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             # 1 MiB, interp -> loop
             send, recv = aiosubinterp.open_channel(8)
             t0 = time.perf_counter()
-            task = pool.submit(_chanwork.chan_produce_big, send, nb, MIB)
-            send.close()
+            task = pool.submit(_chanwork.chan_produce_big, send, nb, MIB)  # it closes `send`
             total = 0
             async for chunk in recv:
                 total += len(chunk)
@@ -86,7 +83,6 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             # 1 MiB, loop -> interp
             send, recv = aiosubinterp.open_channel(8)
             task = pool.submit(_chanwork.chan_consume, recv)
-            recv.close()
             chunk = b"x" * MIB
             t0 = time.perf_counter()
             for _ in range(nb):
@@ -97,9 +93,7 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             # ping-pong over rendezvous channels
             a_send, a_recv = aiosubinterp.open_channel(0)
             b_send, b_recv = aiosubinterp.open_channel(0)
-            task = pool.submit(_chanwork.chan_echo, a_recv, b_send)
-            a_recv.close()
-            b_send.close()
+            task = pool.submit(_chanwork.chan_echo, a_recv, b_send)  # it closes `b_send`
             lat = []
             for i in range(warm + npp):
                 t0 = time.perf_counter()

@@ -34,9 +34,9 @@ async def simulate(circles, params, frames, workers):
             # The channel ends cross to the worker as arguments.
             tasks.append(pool.submit(_circles.channel_region, owned, lo, hi, params, frames,
                                      *left, *right))
-        for send, recv in rightward + leftward:  # the workers hold their own copies
-            send.close()
-            recv.close()
+        # A channel end passed to a worker is the same end: each worker closes
+        # its ends when it finishes (closing them here would close them there).
+        del rightward, leftward, left, right
         parts = await asyncio.gather(*tasks)
         wall = time.perf_counter() - t0
     return sorted(c for part in parts for c in part), wall

@@ -2,8 +2,9 @@
 
 Each producer has its own channel; ``aiosubinterp.select`` takes the first
 item that is ready from any of them, exactly one at a time. When a channel
-ends (its producer closed it), select raises EndOfChannel with the index of
-that channel, and the consumer drops it.
+ends (its producer closed it: an end passed to a worker is the same end),
+select raises EndOfChannel with the index of that channel, and the consumer
+drops it.
 
 Run: ``python examples/select_fanin.py``
 """
@@ -26,8 +27,6 @@ async def main():
     async with aiosubinterp.InterpreterPool(len(names)) as pool:
         producers = [pool.submit(produce, send, name, 100)
                      for (send, _), name in zip(channels, names)]
-        for send, _ in channels:
-            send.close()
         live = [recv for _, recv in channels]
         counts = dict.fromkeys(names, 0)
         while live:

@@ -2,8 +2,9 @@
 
 A producer runs in a worker interpreter (its own GIL, another core) and
 sends items with the blocking API; the event loop consumes them with
-``async for``. The bounded channel gives back-pressure, and closing the
-producer's end ends the stream cleanly.
+``async for``. The bounded channel gives back-pressure, and the producer
+closing its end ends the stream cleanly: an end passed to a worker is the
+same end, so its close() there closes it for the loop's side too.
 
 Run: ``python examples/stream_channel.py``
 """
@@ -24,8 +25,7 @@ def produce(send, n):
 async def main():
     send, recv = aiosubinterp.open_channel(maxsize=64)
     async with aiosubinterp.InterpreterPool(1) as pool:
-        producer = pool.submit(produce, send, 1000)
-        send.close()  # the worker holds its own copy of the send end
+        producer = pool.submit(produce, send, 1000)  # the worker closes `send` when done
         count = total = 0
         async for item in recv:
             count += 1

@@ -26,15 +26,21 @@
 #   - a blocking op (thread in send_sync/recv_sync) is woken through its own
 #     condition variable, waited on with this interpreter's GIL released.
 #
-# Handles: each open end (a ChannelEnd object, or an end encoded in a blob
-# on its way to another interpreter) counts as one sender or receiver and
-# holds one reference on the channel. A blob that is freed without being
-# decoded (a job withdrawn before it ran, an item left in a channel whose
-# receivers are all gone, an encoding that failed half-way) closes the ends it
-# carried: blob_discard queues them as orphans (it may run with asi_chan_mu
-# held, inside chan_free_items), and chan_unlock() closes queued orphans each
-# time asi_chan_mu is released. Known limitation: an end inside a pickled
-# object (not natively encoded) of such a blob keeps its count.
+# Handles: an end is an EndHandle, a C record that counts as one sender or
+# receiver of its channel and holds one reference on it. Every copy of the
+# end points to the same record: the ChannelEnd objects (in any interpreter)
+# and the blobs carrying it to another interpreter, each holding one of its
+# `refs`. So an end passed to a worker is the same end: close() anywhere
+# closes it for every holder; clone() makes a new record (a new sender or
+# receiver). When the last copy goes without close() (garbage collected, its
+# interpreter gone, a blob dropped undecoded) the end counts as closed. A blob
+# that is freed without being decoded (a job withdrawn before it ran, an item
+# refused or left in a channel whose receivers are all gone, an encoding or a
+# decoding that failed half-way) drops the copies it carried: blob_discard
+# queues them as orphans (it may run with asi_chan_mu held, inside
+# chan_free_items), and chan_unlock() drops queued orphans each time
+# asi_chan_mu is released. Ends inside pickled objects cross the same way
+# (TAG_WITH_ENDS: the ends are encoded natively in front of the pickle).
 
 cdef extern from *:
     """
@@ -59,7 +65,8 @@ cdef extern from *:
 
 
 cdef enum:
-    TAG_CHANNEL = 67        # 'C': channel pointer (int64) + end kind (int64); owns one handle
+    TAG_CHANNEL = 67        # 'C': EndHandle pointer (int64) + end kind (int64); owns one of its refs
+    TAG_WITH_ENDS = 69      # 'E': count, count 'C' items, then a 'p' or 'P' pickle referring to them
 
 cdef enum:
     CH_SEND = 1
@@ -103,11 +110,19 @@ cdef struct ChanState:
     uint64_t id
 
 
+cdef struct EndHandle:
+    ChanState* c             # one reference held
+    int kind                 # CH_SEND / CH_RECV
+    int closed               # counted as closed on c (close() or the last copy gone)
+    Py_ssize_t refs          # ChannelEnd objects (any interpreter) + blobs carrying this end
+
+
 cdef struct ChanLink:
     ChanLink* next
     ChanLink* prev
     ChanState* chan
     void* op                 # ChanOp*
+    EndHandle* end           # the end waited through (closing it wakes this op)
     int index
     int linked
 
@@ -137,19 +152,17 @@ cdef struct ChanOp:
 
 cdef struct OrphanEnd:
     OrphanEnd* next
-    ChanState* chan
-    int kind
+    EndHandle* h
 
 
 cdef void chan_orphan_end(int64_t p, int64_t kind) noexcept nogil:
-    """A discarded blob carried this end: close it at the next chan_unlock(). Any lock."""
+    """A discarded blob carried this end: drop its copy at the next chan_unlock(). Any lock."""
     global asi_orphan_head
     cdef OrphanEnd* o = <OrphanEnd*>malloc(sizeof(OrphanEnd))
     if o == NULL or p == 0 or (kind != CH_SEND and kind != CH_RECV):
         free(o)
-        return  # out of memory or corrupt: the count stays (the old behaviour)
-    o.chan = <ChanState*><Py_ssize_t>p
-    o.kind = <int>kind
+        return  # out of memory or corrupt: the copy stays counted (the end stays open)
+    o.h = <EndHandle*><Py_ssize_t>p
     pthread_mutex_lock(&asi_orphan_mu)
     o.next = <OrphanEnd*>asi_orphan_head
     asi_orphan_head = <void*>o
@@ -170,8 +183,7 @@ cdef void chan_unlock() noexcept nogil:
         pthread_mutex_lock(&asi_chan_mu)
         while o != NULL:
             nxt = o.next
-            chan_close_handle(o.chan, o.kind)
-            chan_unref(o.chan)
+            handle_decref_locked(o.h)
             free(o)
             o = nxt
         pthread_mutex_unlock(&asi_chan_mu)
@@ -213,6 +225,17 @@ cdef ChanItem* item_encode(object obj) except NULL:
 
 cdef object item_decode(ChanItem* item):
     return decode_blob((<char*>item) + sizeof(ChanItem), item.size)
+
+
+cdef inline void item_discard(ChanItem* item) noexcept nogil:
+    """Free an item nobody will decode, dropping the ends, fds and shares it carries.
+
+    Any lock: the ends are dropped at the next chan_unlock() (call
+    chan_release_orphans() when asi_chan_mu is not held).
+    """
+    if item != NULL:
+        blob_discard((<char*>item) + sizeof(ChanItem), item.size)
+        free(item)
 
 
 # -- waiter lists (asi_chan_mu held) -------------------------------------------------
@@ -433,9 +456,7 @@ cdef void chan_free_items(ChanState* c) noexcept nogil:
     cdef ChanItem* nxt
     while item != NULL:
         nxt = item.next
-        # Nobody will decode it: drop the buffers, shared memory and fds it holds.
-        blob_discard((<char*>item) + sizeof(ChanItem), item.size)
-        free(item)
+        item_discard(item)  # nobody will decode it
         item = nxt
     c.head = NULL
     c.tail = NULL
@@ -477,6 +498,33 @@ cdef void chan_unref(ChanState* c) noexcept nogil:
         return
     chan_free_items(c)
     free(c)
+
+
+cdef void handle_close_locked(EndHandle* e) noexcept nogil:
+    """Count end e as closed on its channel (once), and wake the ops waiting
+    through it (another holder of the same end may be blocked in it). asi_chan_mu held."""
+    cdef ChanLink* l
+    if e.closed:
+        return
+    e.closed = 1
+    chan_close_handle(e.c, e.kind)
+    l = <ChanLink*>(e.c.rq_head if e.kind == CH_RECV else e.c.sq_head)
+    while l != NULL:
+        if l.end == e:
+            op_complete(<ChanOp*>l.op, CH_CLOSED, l.index, NULL)  # unlinks: start again
+            l = <ChanLink*>(e.c.rq_head if e.kind == CH_RECV else e.c.sq_head)
+        else:
+            l = l.next
+
+
+cdef void handle_decref_locked(EndHandle* e) noexcept nogil:
+    """Drop one copy of end e. asi_chan_mu held; the last copy closes and frees it."""
+    e.refs -= 1
+    if e.refs > 0:
+        return
+    handle_close_locked(e)
+    chan_unref(e.c)
+    free(e)
 
 
 cdef void chan_interrupt_thread(unsigned long ident) noexcept nogil:
@@ -548,7 +596,7 @@ cdef void op_unget_locked(ChanOp* op) noexcept nogil:
     op.item = NULL
     c = op.links[op.index].chan
     if c.receivers <= 0:
-        free(item)
+        item_discard(item)  # dropped at this lock's release
     elif not chan_give(c, item):
         chan_push(c, item, True)
 
@@ -572,7 +620,9 @@ cdef void op_free(ChanOp* op) noexcept nogil:
             chan_unref(op.links[i].chan)
             op.links[i].chan = NULL
     chan_unlock()
-    free(item)
+    if item != NULL:  # a send op's item that was never handed over
+        item_discard(item)
+        chan_release_orphans()
     if h != NULL:
         hub_decref(h)
     if op.is_sync:
@@ -645,11 +695,18 @@ cdef class ChannelOp:
     def cancel(self):
         """Withdraw if still waiting: True means nothing happened; False: it was committed."""
         cdef bint withdrawn = False
+        cdef ChanItem* item
         pthread_mutex_lock(&asi_chan_mu)
         if self.op.state == OPS_WAITING:
             op_withdraw(self.op)
             self.op.state = OPS_CANCELLED
             withdrawn = True
+            if self.op.kind == CH_SEND and self.op.item != NULL:
+                # Never sent: drop what it carries now, not when this object
+                # is collected (a traceback may keep it for long).
+                item = self.op.item
+                self.op.item = NULL
+                item_discard(item)
         chan_unlock()
         return withdrawn
 
@@ -694,18 +751,36 @@ cdef object end_classes():
     return _channel.SendChannel, _channel.RecvChannel
 
 
-cdef object adopt_end(ChanState* c, int kind):
-    """A new end object owning one (already counted) handle of c."""
-    send_cls, recv_cls = end_classes()
-    cls = send_cls if kind == CH_SEND else recv_cls
-    cdef ChannelEnd end = cls.__new__(cls)
-    end.c = c
-    end.kind = kind
+cdef object adopt_end(EndHandle* e):
+    """A new end object for one (already counted) copy of e; the copy is dropped on failure."""
+    cdef ChannelEnd end
+    try:
+        send_cls, recv_cls = end_classes()
+        cls = send_cls if e.kind == CH_SEND else recv_cls
+        end = cls.__new__(cls)
+    except BaseException:
+        pthread_mutex_lock(&asi_chan_mu)
+        handle_decref_locked(e)
+        chan_unlock()
+        raise
+    end.h = e
+    end.c = e.c
+    end.kind = e.kind
     return end
 
 
+cdef EndHandle* handle_alloc(ChanState* c, int kind) except NULL:
+    cdef EndHandle* e = <EndHandle*>calloc(1, sizeof(EndHandle))
+    if e == NULL:
+        raise MemoryError("aiosubinterp: out of memory while making a channel end")
+    e.c = c
+    e.kind = kind
+    e.refs = 1
+    return e
+
+
 cdef int take_handle(ChanState* c, int kind) noexcept nogil:
-    # asi_chan_mu held.
+    # asi_chan_mu held: one more open end (an EndHandle) of c.
     c.refs += 1
     if kind == CH_SEND:
         c.senders += 1
@@ -717,22 +792,25 @@ cdef int take_handle(ChanState* c, int kind) noexcept nogil:
 cdef int chan_try_encode_end(Buf* b, object obj) except -1:
     """Encode a channel end (tag 'C'); returns 1 if obj was one, else 0.
 
-    The blob owns a new handle of the end's kind until it is decoded.
+    The blob holds one copy of the end (the same end: not a clone) until it
+    is decoded or discarded.
     """
     cdef ChannelEnd end
     cdef int64_t v
     if not isinstance(obj, ChannelEnd):
         return 0
     end = <ChannelEnd>obj
+    end.check()
+    buf_reserve(b, 17)  # before the copy is counted: running out of memory leaks nothing
     pthread_mutex_lock(&asi_chan_mu)
-    if end.closed_flag:
+    if end.h.closed:
         chan_unlock()
         raise ValueError(f"cannot send a closed channel end ({end!r}) to another interpreter: "
                          "send an open end, or clone() it before closing")
-    take_handle(end.c, end.kind)
+    end.h.refs += 1
     chan_unlock()
     buf_tag(b, TAG_CHANNEL)
-    v = <int64_t><Py_ssize_t>end.c
+    v = <int64_t><Py_ssize_t>end.h
     buf_i64(b, v)
     buf_i64(b, end.kind)
     return 1
@@ -743,32 +821,47 @@ cdef object chan_decode_end(Reader* r):
     cdef int64_t kind = rd_i64(r)
     if p == 0 or kind not in (CH_SEND, CH_RECV):
         raise ValueError("aiosubinterp: corrupt transfer data (channel end); please report this bug")
-    return adopt_end(<ChanState*><Py_ssize_t>p, <int>kind)
+    return adopt_end(<EndHandle*><Py_ssize_t>p)
 
 
-def _adopt_end(Py_ssize_t handle, int kind):
-    """Unpickling of a channel end (see ChannelEnd.__reduce__)."""
-    if handle == 0 or kind not in (CH_SEND, CH_RECV):
-        raise ValueError("not a channel end handle")
-    return adopt_end(<ChanState*>handle, kind)
+def _adopt_end(*args):
+    """Refuses: ends are no longer pickled with raw handles (an old pickle)."""
+    raise TypeError("aiosubinterp: a channel end cannot be unpickled: ends cross only as task "
+                    "arguments and results or through channels, which aiosubinterp carries itself")
 
 
 def open_channel_ends(maxsize):
     """(send end, receive end) of a new channel; maxsize < 0 means unbounded."""
     global asi_chan_ids
     cdef Py_ssize_t m = maxsize
+    cdef EndHandle* se
+    cdef EndHandle* re
     cdef ChanState* c = <ChanState*>calloc(1, sizeof(ChanState))
     if c == NULL:
+        raise MemoryError()
+    se = <EndHandle*>calloc(1, sizeof(EndHandle))
+    re = <EndHandle*>calloc(1, sizeof(EndHandle))
+    if se == NULL or re == NULL:
+        free(se)
+        free(re)
+        free(c)
         raise MemoryError()
     c.maxsize = m
     c.senders = 1
     c.receivers = 1
     c.refs = 2
+    se.c = c
+    se.kind = CH_SEND
+    se.refs = 1
+    re.c = c
+    re.kind = CH_RECV
+    re.refs = 1
     pthread_mutex_lock(&asi_chan_mu)
     asi_chan_ids += 1
     c.id = asi_chan_ids
     chan_unlock()
-    return adopt_end(c, CH_SEND), adopt_end(c, CH_RECV)
+    send_end = adopt_end(se)
+    return send_end, adopt_end(re)
 
 
 cdef int collect_chans(object ends, ChanState** chans, Py_ssize_t n) except -1:
@@ -776,6 +869,7 @@ cdef int collect_chans(object ends, ChanState** chans, Py_ssize_t n) except -1:
     cdef ChannelEnd e
     for i in range(n):
         e = <ChannelEnd?>ends[i]
+        e.check()
         if e.kind != CH_RECV:
             raise TypeError(f"select() takes receive ends, got {e!r}")
         chans[i] = e.c
@@ -786,7 +880,7 @@ cdef int any_closed(object ends, Py_ssize_t n) noexcept:
     # asi_chan_mu held. Index of the first closed end, or -1.
     cdef Py_ssize_t i
     for i in range(n):
-        if (<ChannelEnd>ends[i]).closed_flag:
+        if (<ChannelEnd>ends[i]).h.closed:
             return <int>i
     return -1
 
@@ -822,6 +916,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
     Returns (status, index, value), or a ChannelOp (mode 1, registered: not ready).
     """
     cdef Py_ssize_t n = len(ends)
+    cdef Py_ssize_t i
     cdef ChanState* one[1]
     cdef ChanState** chans = one
     cdef ChanItem* item = NULL
@@ -840,6 +935,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
             raise MemoryError()
     try:
         collect_chans(ends, chans, n)
+        share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
@@ -863,6 +959,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
             chan_unlock()
             raise MemoryError()
         op_register(op, chans)
+        for i in range(n):
+            op.links[i].end = (<ChannelEnd>ends[i]).h
         if mode == 1:
             pthread_mutex_lock(&h.mu)
             h.refs += 1
@@ -910,51 +1008,64 @@ def monotonic():
 
 
 cdef class ChannelEnd:
-    """One end of a channel: the handle that counts as an open sender or receiver.
+    """One end of a channel: a copy of the handle that counts as an open sender or receiver.
 
     The C part of SendChannel / RecvChannel (aiosubinterp._channel): status
-    codes only, no policy. Deallocating an open end closes it.
+    codes only, no policy. Every copy of an end (in any interpreter) shares
+    one EndHandle: closing one closes all; the last copy to go closes it.
 
     Thread-safety: any thread of its interpreter; the channel itself is
     shared by every interpreter holding an end.
     """
-    cdef ChanState* c
+    cdef EndHandle* h
+    cdef ChanState* c        # h.c, h.kind: fixed for the handle's life
     cdef int kind
-    cdef bint closed_flag
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__} cannot be created directly: "
+                        "use aiosubinterp.open_channel(), or clone() an existing end")
 
     def __dealloc__(self):
-        cdef ChanState* c = self.c
-        if c == NULL:
+        cdef EndHandle* e = self.h
+        if e == NULL:
             return
+        self.h = NULL
         self.c = NULL
         pthread_mutex_lock(&asi_chan_mu)
-        if not self.closed_flag:
-            self.closed_flag = True
-            chan_close_handle(c, self.kind)
-        chan_unref(c)
+        handle_decref_locked(e)
         chan_unlock()
 
     cdef int check(self) except -1:
-        if self.c == NULL:
-            raise TypeError("this channel end was not made by aiosubinterp.open_channel()")
+        if self.h == NULL:
+            raise TypeError(f"this {type(self).__name__} was not made by "
+                            "aiosubinterp.open_channel(): use the ends it returns")
         return 0
 
     def _close(self):
-        """Close this handle; True if it was open."""
+        """Close this end for every holder of it; True if it was open."""
         self.check()
         pthread_mutex_lock(&asi_chan_mu)
-        if self.closed_flag:
+        if self.h.closed:
             chan_unlock()
             return False
-        self.closed_flag = True
-        chan_close_handle(self.c, self.kind)
+        handle_close_locked(self.h)
         chan_unlock()
         return True
 
     @property
     def closed(self):
-        """True once this end (this handle, not its clones) is closed."""
-        return bool(self.closed_flag)
+        """True once this end is closed (here or by another holder; not its clones)."""
+        cdef bint closed
+        if self.h == NULL:
+            return True
+        pthread_mutex_lock(&asi_chan_mu)
+        closed = self.h.closed
+        chan_unlock()
+        return closed
+
+    @property
+    def _valid(self):
+        return self.h != NULL
 
     @property
     def _channel_id(self):
@@ -963,14 +1074,28 @@ cdef class ChannelEnd:
 
     def _clone(self):
         """A new open handle of the same kind on the same channel, or None if this one is closed."""
+        cdef EndHandle* e
         self.check()
+        e = handle_alloc(self.c, self.kind)
         pthread_mutex_lock(&asi_chan_mu)
-        if self.closed_flag:
+        if self.h.closed:
             chan_unlock()
+            free(e)
             return None
         take_handle(self.c, self.kind)
         chan_unlock()
-        return adopt_end(self.c, self.kind)
+        return adopt_end(e)
+
+    def _share(self):
+        """Another copy of this same end (closing either closes both), or None if it is closed."""
+        self.check()
+        pthread_mutex_lock(&asi_chan_mu)
+        if self.h.closed:
+            chan_unlock()
+            return None
+        self.h.refs += 1
+        chan_unlock()
+        return adopt_end(self.h)
 
     def _stats(self):
         """(buffered, maxsize, open senders, open receivers, waiting senders, waiting receivers)."""
@@ -983,16 +1108,14 @@ cdef class ChannelEnd:
         return out
 
     def __reduce__(self):
-        # Pickling (an end inside a list, a dict, an object) takes a handle,
-        # as the native encoding does; the unpickled end owns it.
-        self.check()
-        pthread_mutex_lock(&asi_chan_mu)
-        if self.closed_flag:
-            chan_unlock()
-            raise ValueError(f"cannot send a closed channel end ({self!r}) to another interpreter")
-        take_handle(self.c, self.kind)
-        chan_unlock()
-        return _adopt_end, (<Py_ssize_t>self.c, self.kind)
+        # A plain pickle would have to carry a raw address (loaded twice, or in
+        # another process, it is a use-after-free). aiosubinterp's own
+        # transfers carry ends themselves (ext/xdata.pxi TAG_WITH_ENDS,
+        # _procwire for worker processes) and never get here.
+        raise EndNotPicklableError(
+            f"cannot pickle {self!r}: a channel end crosses only as a task argument or result, "
+            "or through a channel, where aiosubinterp carries it itself (pickle.dumps, copy "
+            "and multiprocessing cannot); pass the end itself")
 
     cdef object send_generic(self, obj, int mode, Hub hub, double deadline):
         """mode 0: nowait; 1: async; 2: blocking. Returns a status or a ChannelOp (mode 1)."""
@@ -1003,27 +1126,29 @@ cdef class ChannelEnd:
         cdef ChanState* c = self.c
         cdef int st
         self.check()
+        share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
         item = item_encode(obj)
         pthread_mutex_lock(&asi_chan_mu)
-        if self.closed_flag:
+        if self.h.closed:
             st = CH_CLOSED
         else:
             st = chan_try_send(c, item)
         if st != CH_WOULDBLOCK or mode == 0:
-            chan_unlock()
             if st != CH_DONE:
-                free(item)
+                item_discard(item)  # refused: drop what it carries (at this unlock)
+            chan_unlock()
             return st
         op = op_new(CH_SEND, 1, mode == 2)
         if op == NULL:
+            item_discard(item)
             chan_unlock()
-            free(item)
             raise MemoryError()
         op.item = item
         op_register(op, &c)
+        op.links[0].end = self.h
         if mode == 1:
             pthread_mutex_lock(&h.mu)
             h.refs += 1
@@ -1052,6 +1177,7 @@ cdef class ChannelEnd:
         return self.send_generic(obj, 2, None, deadline)
 
     def _recv_nowait(self):
+        self.check()
         return recv_generic((self,), 0, None, -1.0)
 
     def _recv_begin(self, Hub hub not None):
@@ -1059,6 +1185,10 @@ cdef class ChannelEnd:
 
     def _recv_wait(self, double deadline):
         return recv_generic((self,), 2, None, deadline)
+
+
+class EndNotPicklableError(TypeError):
+    """A channel end was given to pickle (or copy) rather than to an aiosubinterp transfer."""
 
 
 CHAN_DONE = CH_DONE

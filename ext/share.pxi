@@ -722,10 +722,17 @@ cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:
     lock (chan_release_orphans() when none is held). Returns -1 on a corrupt
     blob (nothing more is dropped).
     """
+    return blob_discard_from(data, size, data)
+
+
+cdef int blob_discard_from(const char* data, Py_ssize_t size, const char* start) noexcept nogil:
+    """blob_discard, for the references that begin at `start` or later only
+    (those before it were taken over by a decode that failed afterwards)."""
     cdef Reader r
     r.p = data
     r.end = data + size
     r.no_refs = 0
+    r.adopted = start
     return _discard_obj(&r, NULL)
 
 
@@ -738,6 +745,7 @@ cdef Py_ssize_t blob_refs(const char* data, Py_ssize_t size) noexcept nogil:
     r.p = data
     r.end = data + size
     r.no_refs = 0
+    r.adopted = data
     if _discard_obj(&r, &found) < 0:
         return -1
     return found
@@ -747,6 +755,7 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
     """Drop what one encoded object owns, or with count != NULL only count it."""
     cdef unsigned char tag
     cdef int64_t n, i, v
+    cdef bint keep
     if r.end - r.p < 1:
         return -1
     tag = <unsigned char>r.p[0]
@@ -757,15 +766,18 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
         return _skip(r, 8)
     if tag == TAG_COMPLEX:
         return _skip(r, 16)
+    # A reference that starts before r.adopted was taken over by a decoded object.
+    keep = r.p - 1 < r.adopted
+    if count != NULL and tag in (TAG_CHANNEL, TAG_SHARE, TAG_SHARED_MEM, TAG_FD):
+        count[0] += 1
+        keep = True
     if tag == TAG_CHANNEL:
         if r.end - r.p < 16:
             return -1
         memcpy(&v, r.p, 8)
         memcpy(&n, r.p + 8, 8)
         r.p += 16
-        if count != NULL:
-            count[0] += 1
-        else:
+        if not keep:
             chan_orphan_end(v, n)
         return 0
     if tag == TAG_SHARE:
@@ -773,9 +785,7 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 32
-        if count != NULL:
-            count[0] += 1
-        else:
+        if not keep:
             rec_decref(<ShareRec*><Py_ssize_t>v)
         return 0
     if tag == TAG_SHARED_MEM:
@@ -783,9 +793,7 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 16
-        if count != NULL:
-            count[0] += 1
-        else:
+        if not keep:
             shm_decref(<SharedMem*><Py_ssize_t>v)
         return 0
     if tag == TAG_FD:
@@ -793,11 +801,18 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
             return -1
         memcpy(&v, r.p, 8)
         r.p += 40
-        if count != NULL:
-            count[0] += 1
-        else:
+        if not keep:
             close(<int>v)
         return 0
+    if tag == TAG_WITH_ENDS:  # the ends, then the pickle that refers to them
+        if r.end - r.p < 8:
+            return -1
+        memcpy(&n, r.p, 8)
+        r.p += 8
+        for i in range(n):
+            if _discard_obj(r, count) < 0:
+                return -1
+        return _discard_obj(r, count)
     if tag == TAG_TUPLE or tag == TAG_FROZENSET or tag == TAG_PICKLE_OOB or tag == TAG_LIST:
         if r.end - r.p < 8:
             return -1

@@ -87,13 +87,21 @@ cdef inline void buf_free(Buf* b) noexcept nogil:
 
 cdef int encode_pickled(Buf* b, object obj) except -1:
     cdef bytes data
-    cdef list oob
+    cdef list oob = None
+    cdef list ends
     if current_owner() == NULL:
-        data = _marshal_module.dumps(obj)
-        return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
-    # Protocol 5 out-of-band buffers (PickleBuffer) of SHARE_MIN bytes or more
-    # cross zero-copy (share.pxi); smaller ones stay in the pickle.
-    data, oob = _marshal_module.dumps_oob(obj, SHARE_MIN)
+        data, ends = _marshal_module.dumps_ends(obj)
+    else:
+        # Protocol 5 out-of-band buffers (PickleBuffer) of SHARE_MIN bytes or more
+        # cross zero-copy (share.pxi); smaller ones stay in the pickle.
+        data, oob, ends = _marshal_module.dumps_oob(obj, SHARE_MIN)
+    if ends:
+        # Channel ends inside the object: natively in front, the pickle refers
+        # to them by index (so a blob dropped undecoded drops them too).
+        buf_tag(b, TAG_WITH_ENDS)
+        buf_i64(b, len(ends))
+        for end in ends:
+            chan_try_encode_end(b, end)
     if not oob:
         return buf_sized(b, TAG_PICKLE, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
     buf_tag(b, TAG_PICKLE_OOB)
@@ -220,6 +228,10 @@ cdef struct Reader:
     const char* p
     const char* end
     int no_refs              # loads(): the blob's shares, shared memory and fds were dropped
+    # Decoding: the end of the last reference (share, shared memory, fd, channel
+    # end) taken over by a decoded object. blob_discard: references that start
+    # before it are skipped (a failed decode drops only the rest).
+    const char* adopted
 
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
@@ -298,31 +310,41 @@ cdef object decode_obj(Reader* r):
             d[key] = decode_obj(r)
         return d
     if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
-                      or tag == TAG_PICKLE_OOB or tag == TAG_CHANNEL):
+                      or tag == TAG_PICKLE_OOB or tag == TAG_CHANNEL or tag == TAG_WITH_ENDS):
         raise ValueError("aiosubinterp.loads: this value held zero-copy buffers, shared memory, "
                          "file descriptors or channel ends, which dumps() does not keep; only a "
                          "transfer carries them")
+    # A reference leaf belongs to the decoded value from here on, even if its
+    # decoder fails (each one drops what it could not adopt).
     if tag == TAG_CHANNEL:
+        rd_need(r, 16)
+        r.adopted = r.p + 16
         return chan_decode_end(r)
     if tag == TAG_SHARE:
         rd_need(r, 32)
+        r.adopted = r.p + 32
         return decode_share(r)
     if tag == TAG_SHARED_MEM:
         rd_need(r, 16)
+        r.adopted = r.p + 16
         return decode_shared_mem(r)
     if tag == TAG_FD:
         rd_need(r, 40)
+        r.adopted = r.p + 40
         return decode_fd(r)
-    if tag == TAG_PICKLE_OOB:
+    if tag == TAG_WITH_ENDS:
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
-        views = [decode_obj(r) for i in range(n)]
-        n = rd_i64(r)
-        rd_need(r, n)
-        start = r.p
-        r.p += n
-        return _marshal_module.loads(PyBytes_FromStringAndSize(start, n), views)
+        ends = [decode_obj(r) for i in range(n)]
+        rd_need(r, 1)
+        tag = <unsigned char>r.p[0]
+        r.p += 1
+        if tag != TAG_PICKLE and tag != TAG_PICKLE_OOB:
+            raise ValueError("aiosubinterp: corrupt transfer data (ends); please report this bug")
+        return decode_pickle(r, tag, ends)
+    if tag == TAG_PICKLE_OOB:
+        return decode_pickle(r, tag, None)
     n = rd_i64(r)
     rd_need(r, n)
     start = r.p
@@ -340,14 +362,40 @@ cdef object decode_obj(Reader* r):
     raise ValueError(f"aiosubinterp: corrupt transfer data (tag {tag}); please report this bug")
 
 
+cdef object decode_pickle(Reader* r, unsigned char tag, list ends):
+    """The body of a 'p' or 'P' item (tag already read); ends: what 'E' decoded for it."""
+    cdef int64_t n, i
+    cdef const char* start
+    views = None
+    if tag == TAG_PICKLE_OOB:
+        n = rd_i64(r)
+        if n < 0 or n > r.end - r.p:
+            rd_need(r, -1)
+        views = [decode_obj(r) for i in range(n)]
+    n = rd_i64(r)
+    rd_need(r, n)
+    start = r.p
+    r.p += n
+    return _marshal_module.loads(PyBytes_FromStringAndSize(start, n), views, ends)
+
+
 cdef object decode_blob(const char* data, Py_ssize_t size):
+    """Decode a blob. On failure, the references not yet taken over are dropped
+    (the caller only frees the blob): a half-decoded job or item leaks no fd,
+    share or channel end."""
     cdef Reader r
     r.p = data
     r.end = data + size
     r.no_refs = 0
-    value = decode_obj(&r)
-    if r.p != r.end:
-        raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+    r.adopted = data
+    try:
+        value = decode_obj(&r)
+        if r.p != r.end:
+            raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+    except BaseException:
+        blob_discard_from(data, size, r.adopted)
+        chan_release_orphans()
+        raise
     return value
 
 
@@ -378,7 +426,13 @@ def roundtrip(obj):
     b.size = 0
     b.cap = 0
     try:
-        encode_into(&b, obj)
+        try:
+            encode_into(&b, obj)
+        except BaseException:
+            if b.size:
+                blob_discard(b.data, b.size)
+                chan_release_orphans()
+            raise
         return decode_blob(b.data, b.size)
     finally:
         buf_free(&b)
@@ -393,6 +447,7 @@ def loads(data):
     r.p = PyBytes_AS_STRING(raw)
     r.end = r.p + PyBytes_GET_SIZE(raw)
     r.no_refs = 1
+    r.adopted = NULL
     value = decode_obj(&r)
     if r.p != r.end:
         raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")

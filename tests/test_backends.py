@@ -446,8 +446,7 @@ async def test_cancel_after_done_is_a_no_op(backend):
 async def test_worker_streams_to_the_loop(backend):
     send, recv = asi.open_channel(4)
     async with backend.pool(1) as pool:
-        producer = pool.submit(chanfuncs.produce, send, 50)
-        send.close()
+        producer = pool.submit(chanfuncs.produce, send, 50)  # it closes `send`: the same end
         assert [x async for x in recv] == list(range(50))
         assert await producer == 50
 
@@ -457,8 +456,6 @@ async def test_loop_streams_to_the_worker_and_back(backend):
     to_loop, from_w = asi.open_channel(2)
     async with backend.pool(1) as pool:
         echo = pool.submit(chanfuncs.echo_items, from_loop, to_loop)
-        from_loop.close()
-        to_loop.close()
         items = [i if i % 3 else ("t", i, {"k": [i]}) for i in range(40)]
 
         async def feed():
@@ -475,18 +472,18 @@ async def test_loop_streams_to_the_worker_and_back(backend):
 async def test_channel_errors_inside_the_worker(backend):
     send, recv = asi.open_channel(0)
     async with backend.pool(1) as pool:
-        errors = pool.submit(chanfuncs.try_errors, send, recv)
-        send.close()  # the worker holds the only send end
+        errors = pool.submit(chanfuncs.try_errors, send, recv)  # it closes `send` there
         assert await asyncio.wait_for(errors, 30) == ["wouldblock", "timeout", "closed", "end"]
     recv.close()
 
 
-async def test_an_end_the_task_drops_is_closed(backend):
+async def test_an_end_the_task_drops_is_closed_with_its_last_copy(backend):
     send, recv = asi.open_channel(8)
     async with backend.pool(1) as pool:
         assert await pool.run(procfuncs.send_then_return, send, [1, 2, 3]) == 3
-        send.close()
-        # The worker's handle died with its task: the channel ends after the items.
+        # The worker's copy died with its task; ours keeps the end open.
+        assert not send.closed and recv.statistics().open_send_channels == 1
+        del send  # the last copy: the end counts as closed, the channel ends after the items
         assert [x async for x in recv] == [1, 2, 3]
 
 
@@ -494,7 +491,7 @@ async def test_an_end_kept_by_the_worker_stays_open(backend):
     send, recv = asi.open_channel(8)
     async with backend.pool(1) as pool:
         assert await pool.run(procfuncs.keep_end, send)
-        send.close()
+        del send  # the worker's copy keeps the end open
         assert recv.statistics().open_send_channels == 1
         with pytest.raises(asi.WouldBlock):
             recv.recv_nowait()
@@ -508,24 +505,24 @@ async def test_ends_through_a_channel_and_back(backend):
     send, recv = asi.open_channel(1)
     async with backend.pool(1) as pool:
         task = pool.submit(chanfuncs.recv_end_and_use, ends_out)
-        await ends_in.send(send)
-        send.close()
+        await ends_in.send(send)  # the worker closes it there: the same end
         tag, _ = await asyncio.wait_for(recv.recv(), 30)
         assert tag == "from"
         with pytest.raises(asi.EndOfChannel):
             await asyncio.wait_for(recv.recv(), 30)
         assert (await task).endswith("SendChannel")
+        assert send.closed
         back = await pool.run(procfuncs.send_end_back, ends_in)
         assert type(back) is asi.SendChannel and not back.closed
-        back.close()
-    ends_in.close()
+        back.close()  # the same end came back: ours is closed too
+        assert ends_in.closed
 
 
 async def test_cancelled_blocked_recv_leaves_the_channel_unchanged(backend):
     send, recv = asi.open_channel(0)
     async with backend.pool(1) as pool:
         task = pool.submit(chanfuncs.recv_block, recv)
-        recv.close()
+        del recv  # the worker holds the only copy
         while send.statistics().tasks_waiting_receive == 0:
             await asyncio.sleep(0.005)
         task.cancel()

@@ -381,9 +381,7 @@ async def test_worker_to_worker_buffers_through_a_channel():
     send, recv = asi.open_channel(maxsize=2)
     async with asi.InterpreterPool(2) as pool:
         consumer = pool.submit(buffuncs.consume, recv)
-        producer = pool.submit(buffuncs.produce, send, 300, BIG)
-        send.close()
-        recv.close()
+        producer = pool.submit(buffuncs.produce, send, 300, BIG)  # it closes `send`
         assert await producer == 300
         assert await consumer == (300, 300 * BIG, True)
         # The producer (owner) released everything while idle.

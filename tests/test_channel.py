@@ -457,8 +457,7 @@ async def test_cancellation_storm_every_item_exactly_once(maxsize):
 async def test_interpreter_producer_loop_consumer():
     async with asi.InterpreterPool(2) as pool:
         send, recv = asi.open_channel(4)
-        task = pool.submit(chanfuncs.produce, send, 500)
-        send.close()  # the worker's copy keeps the channel open
+        task = pool.submit(chanfuncs.produce, send, 500)  # the worker closes `send`
         got = [x async for x in recv]
         assert got == list(range(500))
         assert await asyncio.wait_for(task, T) == 500
@@ -468,7 +467,6 @@ async def test_loop_producer_interpreter_consumer():
     async with asi.InterpreterPool(1) as pool:
         send, recv = asi.open_channel(0)
         task = pool.submit(chanfuncs.consume, recv)
-        recv.close()
         for i in range(300):
             await send.send(i)
         await send.aclose()
@@ -480,8 +478,6 @@ async def test_interpreters_talk_through_a_channel_and_errors_there():
         send, recv = asi.open_channel(2)
         back_send, back_recv = asi.open_channel(2)
         echo = pool.submit(chanfuncs.echo_items, recv, back_send)
-        recv.close()
-        back_send.close()
         values = [1, "two", (3,), b"4" * 100_000, {"five": 5}]
         for v in values:
             await send.send(v)
@@ -491,8 +487,7 @@ async def test_interpreters_talk_through_a_channel_and_errors_there():
         with pytest.raises(asi.EndOfChannel):
             await back_recv.recv()
         s, r = asi.open_channel(0)
-        errors = pool.submit(chanfuncs.try_errors, s, r)
-        s.close()  # the worker holds the only send end
+        errors = pool.submit(chanfuncs.try_errors, s, r)  # it closes s there: closed here too
         assert await asyncio.wait_for(errors, T) == ["wouldblock", "timeout", "closed", "end"]
 
 
@@ -502,7 +497,6 @@ async def test_channel_of_channels():
         data_send, data_recv = asi.open_channel(1)
         task = pool.submit(chanfuncs.recv_end_and_use, ends_recv)
         await ends_send.send(data_send)  # a send end travels through a channel
-        data_send.close()
         tag, interp = await asyncio.wait_for(data_recv.recv(), T)
         assert tag == "from" and interp != asi._core.current_interpreter_id()
         assert await asyncio.wait_for(task, T) == "SendChannel"
@@ -513,7 +507,9 @@ async def test_channel_of_channels():
         s.send_nowait([r, {"k": s}])
         lst = r.recv_nowait()
         assert isinstance(lst[0], asi.RecvChannel) and isinstance(lst[1]["k"], asi.SendChannel)
-        assert s.statistics().open_send_channels == 2
+        assert s.statistics().open_send_channels == 1  # the same end, not a clone
+        lst[1]["k"].close()
+        assert s.closed and data_send.closed
 
 
 async def test_select_sync_in_an_interpreter():
@@ -521,8 +517,6 @@ async def test_select_sync_in_an_interpreter():
         a_send, a = asi.open_channel(0)
         b_send, b = asi.open_channel(0)
         task = pool.submit(chanfuncs.select_two, a, b, 3)
-        a.close()
-        b.close()
         for i in range(3):
             await a_send.send(("a", i))
             await b_send.send(("b", i))
@@ -581,10 +575,10 @@ async def test_peer_interpreter_dies_receiver_side():
     pool = asi.InterpreterPool(1)
     send, recv = asi.open_channel(0)
     assert await pool.run(chanfuncs.keep, "recv", recv)
-    recv.close()  # the only receiver left lives in the worker's module state
+    del recv  # the only copy of the receive end left lives in the worker's module state
     blocked = asyncio.create_task(send.send("lost?"))
     await until(lambda: send.statistics().tasks_waiting_send == 1)
-    await pool.aclose()  # destroys the interpreter: its ends are closed
+    await pool.aclose()  # destroys the interpreter: the last copy goes, the end counts as closed
     with pytest.raises(asi.BrokenChannelError):
         await asyncio.wait_for(blocked, T)
 
@@ -593,7 +587,7 @@ async def test_peer_interpreter_dies_sender_side():
     pool = asi.InterpreterPool(1)
     send, recv = asi.open_channel(4)
     assert await pool.run(chanfuncs.send_keep_forever, send, "first")
-    send.close()
+    del send  # the worker keeps the only copy
     assert await recv.recv() == "first"
     waiting = asyncio.create_task(recv.recv())
     await until(lambda: recv.statistics().tasks_waiting_receive == 1)
@@ -630,6 +624,7 @@ def test_loop_gone_while_receiving_loses_nothing():
 @pytest.mark.parametrize("name, expected", [
     ("stream_channel.py", "received 1000 items, sum 499500"),
     ("select_fanin.py", "fan-in done"),
+    ("fanin_clone.py", "sum of 3000 items: 4498500"),
 ])
 def test_examples_run(name, expected):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", name)],
@@ -643,8 +638,8 @@ def test_dumps_of_a_channel_end_does_not_keep_it_open():
 
     send, recv = asi.open_channel(math.inf)
     blob = _core.dumps((send, 1))
-    send.close()
-    # The handle the encoding took was dropped with the blob: the channel ended.
+    del send
+    # The copy the encoding took was dropped with the blob: the channel ended.
     with pytest.raises(asi.EndOfChannel):
         recv.recv_nowait()
     with pytest.raises(ValueError, match="channel ends"):
@@ -656,7 +651,7 @@ def test_an_undelivered_item_closes_the_ends_it_carries():
     outer_send, outer_recv = asi.open_channel(math.inf)
     inner_send, inner_recv = asi.open_channel(math.inf)
     outer_send.send_nowait(("reply_to", inner_send))
-    inner_send.close()
+    del inner_send
     with pytest.raises(asi.WouldBlock):
         inner_recv.recv_nowait()  # the copy inside the queued item is still open
     outer_recv.close()  # nobody can receive the item now: it is dropped, with its end
@@ -672,8 +667,7 @@ def test_nested_undelivered_items_close_every_end_they_carry():
     c_send, c_recv = asi.open_channel(math.inf)
     b_send.send_nowait(c_send)          # b holds an end of c
     a_send.send_nowait((b_send, b_recv))  # a holds both ends of b
-    for end in (b_send, b_recv, c_send):
-        end.close()
+    del b_send, b_recv, c_send
     a_recv.close()  # drops a's item -> b's ends -> b's item -> c's send end
     with pytest.raises(asi.EndOfChannel):
         c_recv.recv_nowait()

@@ -119,9 +119,11 @@ async def test_sockets_are_handed_over():
 async def test_channel_clone_close_and_statistics_in_a_worker():
     send, recv = asi.open_channel(4)
     async with asi.ProcessPool(1) as pool:
-        assert await pool.run(procfuncs.channel_stats, recv) == (1, 2, False)
+        # The worker's proxy stands for the same end: no extra receiver.
+        assert await pool.run(procfuncs.channel_stats, recv) == (1, 1, False)
+        # It closes `send` (ours too) after cloning it; the clone sends and closes.
         assert await pool.run(procfuncs.clone_and_send, send, "v") == (True, True)
-        send.close()
+        assert send.closed
         assert await recv.recv() == "v"
         with pytest.raises(asi.EndOfChannel):
             await asyncio.wait_for(recv.recv(), 30)
@@ -131,7 +133,7 @@ async def test_a_dead_worker_releases_its_channel_ends():
     send, recv = asi.open_channel(1)
     async with asi.ProcessPool(1) as pool:
         assert await pool.run(procfuncs.keep_end, send)
-        send.close()
+        del send  # the worker process holds the only copy
         assert recv.statistics().open_send_channels == 1
         with pytest.raises(asi.WorkerCrashedError):
             await pool.run(procfuncs.exit_now, 0)

@@ -219,7 +219,11 @@ def test_channel_and_select_arguments_of_the_wrong_type_or_value():
     for maxsize in ("3", None, -1, 2.5):
         with pytest.raises(ValueError, match="maxsize"):
             asi.open_channel(maxsize)
-    for end in (asi.SendChannel(), asi.RecvChannel()):  # made by hand: unusable, not a crash
+    for cls in (asi.SendChannel, asi.RecvChannel):
+        with pytest.raises(TypeError, match="cannot be created directly"):
+            cls()
+    for end in (asi.SendChannel.__new__(asi.SendChannel), asi.RecvChannel.__new__(asi.RecvChannel)):
+        # made by hand all the same: unusable, not a crash
         for use in (end.close, end.clone, end.statistics, getattr(end, "recv_nowait", end.close)):
             with pytest.raises(TypeError, match="not made by aiosubinterp.open_channel"):
                 use()

@@ -78,8 +78,7 @@ def test_a_million_channel_items():
         async with asi.InterpreterPool(2) as pool:
             # Warm-up: one interpreter streams to the loop.
             send, recv = asi.open_channel(256)
-            task = pool.submit(stressfuncs.produce_range, send, 0, 50_000)
-            send.close()
+            task = pool.submit(stressfuncs.produce_range, send, 0, 50_000)  # closes `send`
             assert [x async for x in recv] == list(range(50_000))
             assert await task == 50_000
             recv.close()
@@ -108,7 +107,6 @@ def test_a_million_channel_items():
             # Loop -> interp, 200k items: the worker sees them all, in order.
             send, recv = asi.open_channel(1024)
             consumer = pool.submit(stressfuncs.collect_count_sum, recv)
-            recv.close()
             t0 = time.perf_counter()
             for i in range(200_000):
                 await send.send(i)
