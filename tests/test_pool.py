@@ -217,6 +217,26 @@ async def test_preload_of_missing_module_breaks_the_pool():
     await pool.aclose()
 
 
+async def test_error_before_an_interpreter_exists_breaks_the_pool(monkeypatch):
+    # A failure while preparing a worker (here: its bootstrap source), before
+    # any interpreter runs, fails start() and the queued task; it used to
+    # leave start() waiting forever.
+    from aiosubinterp import _pool
+
+    def no_bootstrap(self):
+        raise MemoryError("no memory for the bootstrap")
+
+    monkeypatch.setattr(_pool._Engine, "_bootstrap", no_bootstrap)
+    pool = asi.InterpreterPool(2)
+    task = pool.submit(workfuncs.square, 3)
+    with pytest.raises(asi.BrokenPoolError, match="no memory for the bootstrap") as info:
+        await asyncio.wait_for(pool.start(), 30)
+    assert isinstance(info.value.__cause__, MemoryError)
+    with pytest.raises(asi.BrokenPoolError):
+        await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(pool.aclose(), 30)
+
+
 async def test_max_tasks_per_interpreter_replaces_workers():
     async with asi.InterpreterPool(1, max_tasks_per_interpreter=2) as pool:
         ids = [await pool.run(workfuncs.interp_id) for _ in range(6)]
