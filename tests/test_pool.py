@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 
 import pytest
@@ -439,3 +441,31 @@ def test_idle_spin_sets_how_long_an_idle_interpreter_polls():
     # Polling burns CPU for as long as it lasts; 0 means the worker sleeps at once.
     assert _cpu_while_idle(0.5) > 0.1
     assert _cpu_while_idle(0) < 0.05
+
+
+def test_exit_while_interpreters_are_created_in_parallel():
+    # On 3.13+ the interpreters of a pool (and of several pools) are created
+    # at once; the exit sweep must wait for creations in flight, then destroy
+    # every interpreter, wherever its start-up got to.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(tests), tests])
+    source = textwrap.dedent("""
+        import asyncio, sys
+        import aiosubinterp as asi, workfuncs
+
+        async def main():
+            pools = [asi.InterpreterPool(3) for _ in range(3)]
+            tasks = [pool.submit(workfuncs.square, i + 2) for i, pool in enumerate(pools)]
+            first = await tasks[0]  # the other interpreters may still be starting
+            print("first", first, flush=True)
+            sys.exit(0)  # the pools are still open: the exit sweep destroys them
+
+        asyncio.run(main())
+    """)
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", source], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["first", "4"]
+        assert "Fatal Python error" not in proc.stderr
