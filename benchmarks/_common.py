@@ -278,7 +278,20 @@ def _needs_aiointerpreters() -> str | None:
     return None
 
 
+def _needs_pep734_backport() -> str | None:
+    import importlib.util
+
+    if sys.version_info >= (3, 14):
+        return ("interpreters-pep-734 backports 3.14's executor to 3.13 and fails on "
+                f"{platform.python_version()}; the stdlib-executor row is 3.14's own")
+    if importlib.util.find_spec("interpreters_backport") is None:
+        return (f"interpreters-pep-734 is not installed for {sys.executable} "
+                "(pip install -e '.[bench]' installs it on 3.13)")
+    return None
+
+
 AVAILABILITY: dict[str, Callable[[], str | None]] = {
+    "pep734-executor": _needs_pep734_backport,
     "stdlib-executor": _needs_stdlib_module("concurrent.futures", "InterpreterPoolExecutor"),
     "stdlib-interpreters": _needs_stdlib_module("concurrent.interpreters"),
     "aiointerpreters": _needs_aiointerpreters,
