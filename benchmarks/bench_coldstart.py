@@ -287,6 +287,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        ["part", "median ms", "p25", "p75"], rows))
         cpu[name] = _common.median(_common.collect(good, "cpu_ms"))
         summary[name] = {"parts_median_ms": parts, "first_result_ms": s, "cpu_ms": cpu[name]}
+        for key, _ in keys[1:]:
+            summary[name][key] = _common.median(_common.collect(good, key))
         infos.append(f"{name}: {good[0]['info']}")
     targets = [_common.Target("first result / stdlib interpreter's",
                               _common.ratio(first.get("aiosubinterp"), first.get("stdlib")),
