@@ -469,3 +469,31 @@ def test_exit_while_interpreters_are_created_in_parallel():
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["first", "4"]
         assert "Fatal Python error" not in proc.stderr
+
+
+async def test_worker_start_up_imports_only_the_runtime():
+    # Each module a worker imports at start-up costs every interpreter of
+    # every pool its import time (cold start): beyond what a bare interpreter
+    # has after `site`, a worker holds only our runtime's own modules.
+    from aiosubinterp import _pool
+
+    try:
+        import _interpreters as low
+    except ImportError:  # 3.12
+        import _xxsubinterpreters as low
+    r, w = os.pipe()
+    iid = low.create("isolated") if sys.version_info >= (3, 13) else low.create(isolated=True)
+    try:
+        err = low.exec(iid, f"import os, sys\nos.write({w}, repr(sorted(sys.modules)).encode())")
+        assert err is None, err
+    finally:
+        low.destroy(iid)
+        os.close(w)
+    with os.fdopen(r) as f:
+        bare = set(eval(f.read()))  # a list of str, written just above
+    async with asi.InterpreterPool(1) as pool:
+        held = set(await pool.run(eval, "sorted(__import__('sys').modules)"))
+    runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._marshal",
+               "aiosubinterp._worker", "cython_runtime", *_pool.blocked_modules()}
+    extra = {m for m in held - bare - runtime if not m.startswith("_cython_")}  # Cython's own
+    assert not extra, sorted(extra)
