@@ -7,10 +7,9 @@ This package is imported inside every worker interpreter too, so it loads
 its asyncio-facing parts lazily: a worker never imports asyncio through us.
 """
 
-from __future__ import annotations
-
-# Not `from typing import TYPE_CHECKING`: every worker imports this package,
-# and typing costs ~8 ms of each interpreter's start.
+# Every worker imports this package: no `from __future__ import annotations`
+# (it imports the __future__ module, ~0.4 ms of each interpreter's start) and
+# not `from typing import TYPE_CHECKING` (typing costs ~8 ms).
 TYPE_CHECKING = False
 
 __version__ = "0.1.0"

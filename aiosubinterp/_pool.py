@@ -395,7 +395,10 @@ class _Engine:
 
     def _start_one(self) -> BaseException | None:
         """Start one worker and list it at once, so a task it runs can be cancelled."""
-        worker, error = self._new_worker()
+        try:
+            worker, error = self._new_worker()
+        except BaseException as exc:  # noqa: BLE001 - _start_all reports it: start() fails
+            return exc
         if worker is None:
             return error
         with self._lock:

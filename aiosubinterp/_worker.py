@@ -4,15 +4,49 @@ Worker-side module: it must not import asyncio or uvloop (uvloop refuses to
 load in a subinterpreter; 3.12.1 aborts at exit after one imported asyncio).
 """
 
-from __future__ import annotations
-
-import importlib
 import os
 import sys
-import types
 
 from aiosubinterp import _core, _marshal
-from aiosubinterp._errors import ModuleRefusedError, NotShareableError, refusal_from
+
+# Imported in every worker at start-up, so it imports little: not
+# `from __future__ import annotations` (the __future__ module), `types` or
+# `importlib` (~0.4-0.7 ms each of every interpreter's start); _errors only
+# when something fails (see _errors_module()).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import types
+
+
+async def _coroutine_function() -> None:
+    pass
+
+
+_probe = _coroutine_function()
+_CoroutineType = type(_probe)
+_probe.close()
+del _probe
+
+
+def _errors_module():
+    from aiosubinterp import _errors
+
+    return _errors
+
+
+def refusal_from(exc: BaseException):
+    """_errors.refusal_from, imported on first use."""
+    return _errors_module().refusal_from(exc)
+
+
+def _import_module(name: str) -> object:
+    """importlib.import_module(name), without importing importlib for an absolute name."""
+    if name.startswith("."):  # a relative name: import_module's own error
+        import importlib
+
+        return importlib.import_module(name)
+    __import__(name)
+    return sys.modules[name]
 
 __all__ = ["Runner", "coroutines_supported", "coroutine_refusal", "describe_exception"]
 
@@ -136,7 +170,7 @@ class Runner:
             self.apply_settings(settings)
         for name in preload:
             try:
-                importlib.import_module(name)
+                _import_module(name)
             except BaseException as exc:
                 refused = refusal_from(exc)
                 if refused is not None:
@@ -156,7 +190,7 @@ class Runner:
         if self._main_module is not None:
             return self._main_module
         if self._main_ref is None:
-            raise NotShareableError(
+            raise _errors_module().NotShareableError(
                 "this function is defined in the main script, but the main script has no file "
                 "a worker can import (interactive session or -c). Move it to a module."
             )
@@ -172,7 +206,7 @@ class Runner:
                 "and guard the script's top-level code with `if __name__ == '__main__':`."
             )
             if refused is not None:  # keeps its type: fallback="process" looks for it
-                raise ModuleRefusedError(message, name=refused.name) from exc
+                raise _errors_module().ModuleRefusedError(message, name=refused.name) from exc
             raise ImportError(message) from exc
         self._main_module = module
         return module
@@ -181,7 +215,7 @@ class Runner:
         key = (module, qualname)
         fn = self._functions.get(key)
         if fn is None:
-            mod = self.main_module() if module == "__main__" else importlib.import_module(module)
+            mod = self.main_module() if module == "__main__" else _import_module(module)
             fn = mod
             for part in qualname.split("."):
                 fn = getattr(fn, part)
@@ -208,7 +242,7 @@ class Runner:
             if refused is not None:
                 raise refused from exc
             raise
-        if type(result) is types.CoroutineType:
+        if type(result) is _CoroutineType:
             if self._concurrency > 1:
                 self.serve(result)
                 return None  # posted by the session
@@ -231,7 +265,7 @@ class Runner:
 
     # -- sessions: several coroutine jobs at once (concurrency > 1) ------------
 
-    def serve(self, coro: types.CoroutineType) -> None:
+    def serve(self, coro: "types.CoroutineType") -> None:
         """Run coro, the dispatched job, and every job that joins it, until none is left."""
         if not coroutines_supported():
             coro.close()
@@ -255,7 +289,7 @@ class Runner:
             self._session_done = None
             _core._worker_session_end(self._handle, self)
 
-    def _start(self, tid: int, coro: types.CoroutineType) -> None:
+    def _start(self, tid: int, coro: "types.CoroutineType") -> None:
         task = self._loop.create_task(coro)  # type: ignore[union-attr]
         self._session[tid] = task  # type: ignore[index]
         task.add_done_callback(lambda t, tid=tid: self._finished(tid, t))
@@ -307,12 +341,12 @@ class Runner:
                 exc = refused
             self._complete(tid, exc, None, isinstance(exc, KeyboardInterrupt))
             return
-        if type(result) is types.CoroutineType:
+        if type(result) is _CoroutineType:
             self._start(tid, result)
         else:
             self._complete(tid, None, result, False)
 
-    def run_coroutine(self, coro: types.CoroutineType) -> object:
+    def run_coroutine(self, coro: "types.CoroutineType") -> object:
         """Run coro on this worker's event loop until it finishes; cancellable from main."""
         if not coroutines_supported():
             coro.close()  # never started: no event loop, no asyncio import
@@ -385,7 +419,7 @@ class Runner:
         return describe_exception(exc)
 
     def describe_unsendable_result(self, value: object, exc: BaseException) -> tuple:
-        err = NotShareableError(
+        err = _errors_module().NotShareableError(
             f"the task returned a {type(value).__name__}, which cannot be sent back to the "
             f"caller: {type(exc).__name__}: {exc}. Return plain data (or a picklable object)."
         )

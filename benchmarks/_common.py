@@ -11,7 +11,10 @@ What lives here: the command line, spawning and reading children, statistics
 (to tell how noisy a run was), memory probes, the event-loop choice, a
 uniform "runner" over the contenders (aiosubinterp's pool and executor,
 to_thread, process pools, anyio.to_interpreter, aiomultiprocess, the
-interpreters-pep-734 executor), and the markdown table printer.
+interpreters-pep-734 executor, and on 3.14+ the standard library's
+InterpreterPoolExecutor and concurrent.interpreters, and aiointerpreters),
+the skipping of contenders a Python does not have, and the markdown table
+printer.
 
 Worker code is in ``_work.py``; this module imports asyncio and is never
 imported inside an interpreter.
@@ -237,7 +240,68 @@ POOL_KINDS = (
     "anyio.to_interpreter-ungated",
     "aiomultiprocess",
     "pep734-executor",
+    "stdlib-executor",
+    "stdlib-interpreters",
+    "aiointerpreters",
 )
+
+# Contenders that exist only on some Pythons: kind -> a function returning why
+# it cannot run here (None when it can). The parent skips those, with the reason.
+
+
+def _needs_stdlib_module(module: str, attr: str | None = None) -> Callable[[], str | None]:
+    def reason() -> str | None:
+        import importlib
+
+        what = f"{module}.{attr}" if attr else module
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            mod = None
+        if mod is None or (attr is not None and not hasattr(mod, attr)):
+            return (f"{what} is not in the standard library of Python "
+                    f"{platform.python_version()} (it is new in 3.14)")
+        return None
+
+    return reason
+
+
+def _needs_aiointerpreters() -> str | None:
+    import importlib.util
+
+    if sys.version_info < (3, 14):
+        return (f"aiointerpreters needs Python 3.14+ (concurrent.interpreters); this is "
+                f"{platform.python_version()}")
+    if importlib.util.find_spec("aiointerpreters") is None:
+        return (f"aiointerpreters is not installed for {sys.executable} "
+                "(pip install -e '.[bench]' installs it on 3.14+)")
+    return None
+
+
+def _needs_pep734_backport() -> str | None:
+    import importlib.util
+
+    if sys.version_info >= (3, 14):
+        return ("interpreters-pep-734 backports 3.14's executor to 3.13 and fails on "
+                f"{platform.python_version()}; the stdlib-executor row is 3.14's own")
+    if importlib.util.find_spec("interpreters_backport") is None:
+        return (f"interpreters-pep-734 is not installed for {sys.executable} "
+                "(pip install -e '.[bench]' installs it on 3.13)")
+    return None
+
+
+AVAILABILITY: dict[str, Callable[[], str | None]] = {
+    "pep734-executor": _needs_pep734_backport,
+    "stdlib-executor": _needs_stdlib_module("concurrent.futures", "InterpreterPoolExecutor"),
+    "stdlib-interpreters": _needs_stdlib_module("concurrent.interpreters"),
+    "aiointerpreters": _needs_aiointerpreters,
+}
+
+
+def unavailable(kind: str) -> str | None:
+    """Why contender `kind` cannot run on this Python, or None if it can."""
+    check = AVAILABILITY.get(kind)
+    return check() if check is not None else None
 
 
 @dataclasses.dataclass
@@ -299,6 +363,74 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
             yield runner
         finally:
             executor.shutdown(wait=True)
+    elif kind == "stdlib-executor":
+        # CPython 3.14's concurrent.futures.InterpreterPoolExecutor, awaited
+        # through loop.run_in_executor as the asyncio documentation shows.
+        import concurrent.futures
+
+        executor = concurrent.futures.InterpreterPoolExecutor(max_workers=workers)
+
+        def call_std(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return ev.run_in_executor(executor, fn, *args)
+
+        try:
+            runner = Runner(kind, call_std, call_std,
+                            f"concurrent.futures.InterpreterPoolExecutor({workers}) "
+                            f"(Python {platform.python_version()}), loop.run_in_executor")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+        finally:
+            executor.shutdown(wait=True)
+    elif kind == "stdlib-interpreters":
+        # concurrent.interpreters (3.14+) by hand: a ThreadPoolExecutor whose
+        # every thread creates one interpreter (on first use) and runs each of
+        # its calls there with interp.call(fn, *args).
+        import concurrent.futures
+        import concurrent.interpreters
+        import threading
+
+        local = threading.local()
+        made: list[Any] = []
+        made_lock = threading.Lock()
+
+        def in_interp(fn: Callable[..., Any], *args: Any) -> Any:
+            interp = getattr(local, "interp", None)
+            if interp is None:
+                interp = local.interp = concurrent.interpreters.create()
+                with made_lock:
+                    made.append(interp)
+            return interp.call(fn, *args)
+
+        threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+
+        def call_interp(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return ev.run_in_executor(threads, in_interp, fn, *args)
+
+        try:
+            runner = Runner(kind, call_interp, call_interp,
+                            f"concurrent.interpreters: ThreadPoolExecutor({workers}), one "
+                            "interpreter per thread made on its first call, interp.call(fn, "
+                            "*args), loop.run_in_executor")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
+        finally:
+            threads.shutdown(wait=True)
+            for interp in made:
+                interp.close()
+    elif kind == "aiointerpreters":
+        # aiointerpreters (PyPI, 3.14+): Runner(workers=N).start() makes N
+        # threads that each create an interpreter and serve a shared queue.
+        from aiointerpreters.runner import Runner as AioRunner
+
+        with AioRunner(workers=workers).start() as aio:
+            runner = Runner(kind, aio.run, aio.run,
+                            f"aiointerpreters {_package_version('aiointerpreters')} "
+                            f"Runner(workers={workers}).start(), await runner.run(fn, *args)")
+            if warm:
+                await _warm(runner, workers)
+            yield runner
     elif kind == "aiosubinterp-processes":
         import aiosubinterp
 
@@ -684,6 +816,13 @@ def main(
     if prepare is not None:
         params = prepare(params)
     chosen = args.only or names
+    skipped = {n: reason for n in chosen if (reason := unavailable(n)) is not None}
+    for name, reason in skipped.items():
+        print(f"[{title}] skipping {name}: {reason}", file=sys.stderr, flush=True)
+    chosen = [n for n in chosen if n not in skipped]
+    if not chosen:
+        print(f"[{title}] no contender can run on this Python", file=sys.stderr)
+        return 1
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in chosen}
     timeout = child_timeout[1] if args.quick else child_timeout[0]
     script = os.path.abspath(sys.argv[0])
@@ -718,15 +857,17 @@ def main(
             "targets": [t.as_dict() for t in rep.targets],
             "errors": errors,
             "exit_problems": problems,
+            "skipped": skipped,
             "notes": rep.notes,
         }, indent=1, default=str))
         return 0
-    print(render(title, meta, params, rep, errors, problems))
+    print(render(title, meta, params, rep, errors, problems, skipped))
     return 0
 
 
 def render(title: str, meta: dict[str, Any], params: dict[str, Any], rep: Report,
-           errors: dict[str, Any], problems: dict[str, Any]) -> str:
+           errors: dict[str, Any], problems: dict[str, Any],
+           skipped: dict[str, str] | None = None) -> str:
     shown = {k: v for k, v in params.items() if k != "quick"}
     lines = [
         f"### {title}{' (--quick: rough numbers)' if params.get('quick') else ''}",
@@ -757,6 +898,8 @@ def render(title: str, meta: dict[str, Any], params: dict[str, Any], rep: Report
             lines += ["", "```", _tail(detail, 12), "```"]
     for name, probs in problems.items():
         lines.append(f"- {name}: {len(probs)} round(s) exited badly after reporting: {probs[0]}")
+    for name, reason in (skipped or {}).items():
+        lines.append(f"- {name}: skipped: {reason}")
     return "\n".join(lines).rstrip() + "\n"
 
 

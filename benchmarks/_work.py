@@ -6,12 +6,13 @@ This module is imported *inside* subinterpreters: it must not import asyncio
 or uvloop (nor anything that pulls in ``_datetime``); stdlib only. The
 ``async def`` twins exist for aiomultiprocess, whose pool only runs
 coroutine functions; defining them needs no asyncio import.
+
+The first task of a cold start imports this module in the worker: it
+imports only ``time`` (a builtin module) at the top, and ``os`` and
+``threading`` where they are used, so that bench_coldstart and bench_startup
+time the pool's start-up, not this module's imports.
 """
 
-from __future__ import annotations
-
-import os
-import threading
 import time
 
 __all__ = [
@@ -76,6 +77,9 @@ def spin_for(seconds):
 
 def nap(seconds):
     """Sleep (GIL released) and say where we ran: (pid, thread id)."""
+    import os
+    import threading
+
     time.sleep(seconds)
     return (os.getpid(), threading.get_ident())
 
@@ -96,6 +100,9 @@ def first_task(text):
 
 def warm_task(seconds, text):
     """first_task() then a nap, so that N concurrent calls land on N different workers."""
+    import os
+    import threading
+
     out = first_task(text)
     time.sleep(seconds)
     return (os.getpid(), threading.get_ident(), out)

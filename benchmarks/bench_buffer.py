@@ -15,6 +15,14 @@ Contenders, each in its own process:
   shm              multiprocessing.shared_memory + the fork pool: the caller copies the
                    payload into a shared block (counted), the worker attaches by name;
                    echo returns the name and the caller reads a view of the block
+  stdlib-executor  concurrent.futures.InterpreterPoolExecutor(2) via run_in_executor
+                   (3.14+; arguments and results are pickled)
+  stdlib-interpreters  ThreadPoolExecutor(2) via run_in_executor, each thread owning one
+                   concurrent.interpreters.create(), interp.call(fn, payload) (3.14+)
+  aiointerpreters  ``await runner.run(fn, payload)``, aiointerpreters.Runner(workers=2)
+                   (PyPI, 3.14+; bytes cross through an interpreters queue)
+
+Contenders this Python does not have are skipped, with the reason printed.
 
 Also measured, for aiosubinterp: peak RSS growth (VmHWM, reset through
 /proc/self/clear_refs) during 64 MiB echoes, over the payload already resident.
@@ -34,7 +42,8 @@ from typing import Any
 import _bufwork
 import _common
 
-NAMES = ["aiosubinterp", "to_thread", "procpool-fork", "shm"]
+NAMES = ["aiosubinterp", "to_thread", "procpool-fork", "shm", "stdlib-executor",
+         "stdlib-interpreters", "aiointerpreters"]
 MIB = 1024 * 1024
 CASES = [(1, "len"), (1, "echo"), (64, "len"), (64, "echo")]
 
@@ -150,6 +159,12 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        note="asyncio.to_thread"),
         _common.Target("peak RSS growth during 64 MiB echoes", max(peaks) / 1024 if peaks else None,
                        "<", 16, unit=" MiB", note="VmHWM over resident payload"),
+        _common.Target("(info) 64 MiB echo: stdlib executor's p50 / ours",
+                       _common.ratio(p50("stdlib-executor", "64MiB-echo"), ours), ">=", 1,
+                       note="3.14+: InterpreterPoolExecutor"),
+        _common.Target("(info) 64 MiB echo: stdlib interpreters' p50 / ours",
+                       _common.ratio(p50("stdlib-interpreters", "64MiB-echo"), ours), ">=", 1,
+                       note="3.14+: interp.call"),
         _common.Target("(info) 64 MiB echo: shm's p50 / ours",
                        _common.ratio(p50("shm", "64MiB-echo"), ours), ">=", 1,
                        note="not a DESIGN.md target"),

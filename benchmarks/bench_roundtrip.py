@@ -12,9 +12,19 @@ Contenders, each in its own process:
   anyio.to_interpreter  ``await anyio.to_interpreter.run_sync(noop, i)`` (limiter of 2),
                         inside ``anyio.run(backend="asyncio")``
   aiomultiprocess       ``await aiomultiprocess.Pool(2).apply(anoop, (i,))``
+  stdlib-executor       ``await loop.run_in_executor(concurrent.futures.InterpreterPoolExecutor(2),
+                        noop, i)`` (3.14+)
+  stdlib-interpreters   ``await loop.run_in_executor(ThreadPoolExecutor(2), ...)`` where each
+                        thread owns one ``concurrent.interpreters.create()`` and runs
+                        ``interp.call(noop, i)`` (3.14+)
+  aiointerpreters       ``await runner.run(noop, i)``, ``aiointerpreters.Runner(workers=2)``
+                        (PyPI, 3.14+)
+
+Contenders this Python does not have are skipped, with the reason printed.
 
 DESIGN.md target: p50 round trip <= 0.5 x asyncio.to_thread's and <= 0.1 x the
-process pool's (the faster of fork and forkserver is the anchor).
+process pool's (the faster of fork and forkserver is the anchor); on 3.14+,
+<= 0.2 x the standard library's InterpreterPoolExecutor's.
 
 Run: ``python benchmarks/bench_roundtrip.py [--quick] [--json] [--loop uvloop]``.
 """
@@ -35,12 +45,15 @@ NAMES = [
     "procpool-forkserver",
     "anyio.to_interpreter",
     "aiomultiprocess",
+    "stdlib-executor",
+    "stdlib-interpreters",
+    "aiointerpreters",
 ]
 
 
 # aiomultiprocess's round trip is ~10 ms (its queues are polled): fewer calls
 # keep the run short; the p50 is as stable with them.
-SLOW = ("aiomultiprocess",)
+SLOW = ("aiomultiprocess", "aiointerpreters")
 
 
 def contender(kind: str):
@@ -107,6 +120,12 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _common.Target("p50 round trip / process pool's",
                        _common.ratio(ours, p50(best_pool) if best_pool else None), "<=", 0.1,
                        note=f"{best_pool or 'process pool'} (the faster pool)"),
+        _common.Target("p50 round trip / stdlib InterpreterPoolExecutor's",
+                       _common.ratio(ours, p50("stdlib-executor")), "<=", 0.2,
+                       note="3.14+: concurrent.futures, run_in_executor"),
+        _common.Target("(info) p50 / stdlib concurrent.interpreters'",
+                       _common.ratio(ours, p50("stdlib-interpreters")), "<=", 1.0,
+                       note="3.14+: interp.call on 2 threads"),
         _common.Target("(info) p50 / anyio.to_interpreter's",
                        _common.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
                        note="not a DESIGN.md target"),

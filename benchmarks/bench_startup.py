@@ -18,10 +18,24 @@ Contenders, each sample in its own process:
   aiosubinterp+preload    the same with ``preload=("json", "re", "collections")``
   procpool-fork           ``ProcessPoolExecutor(2, fork)``, ``await loop.run_in_executor(...)``
   procpool-forkserver     the same with the forkserver start method
+  stdlib-executor         ``concurrent.futures.InterpreterPoolExecutor(2)``, ``await
+                          loop.run_in_executor(...)`` (3.14+)
+  stdlib-interpreters     ``ThreadPoolExecutor(2)`` whose threads each make one
+                          ``concurrent.interpreters.create()`` on first use and run
+                          ``interp.call(fn, ...)``, via ``loop.run_in_executor`` (3.14+)
+  aiointerpreters         ``with aiointerpreters.Runner(workers=2).start()`` then ``await
+                          runner.run(...)`` (PyPI, 3.14+)
+
+Contenders this Python does not have are skipped, with the reason printed.
+The executors and aiointerpreters create their interpreters lazily or in the
+background: their first result needs one interpreter, ours (``async with``)
+waits for both.
 
 DESIGN.md targets: start to first result no slower than the fork-based process
 pool, preload makes the first task cheap; memory of the warm workers (RSS
-added) <= 0.5 x what the (fork) process pool adds.
+added) <= 0.5 x what the (fork) process pool adds. On 3.14+: first result no
+slower than the standard library's own interpreters (concurrent.interpreters,
+created on the executor's threads).
 
 Run: ``python benchmarks/bench_startup.py [--quick] [--json] [--loop uvloop]``.
 """
@@ -37,7 +51,8 @@ import _common
 import _work
 
 PRELOAD = ("json", "re", "collections")
-NAMES = ["aiosubinterp", "aiosubinterp+preload", "procpool-fork", "procpool-forkserver"]
+NAMES = ["aiosubinterp", "aiosubinterp+preload", "procpool-fork", "procpool-forkserver",
+         "stdlib-executor", "stdlib-interpreters", "aiointerpreters"]
 
 
 async def _warm(call) -> list[Any]:
@@ -65,15 +80,21 @@ def contender(kind: str):
 
             pool_class = aiosubinterp.InterpreterPool  # resolves the lazy import of _pool/_core
         else:
+            # What the contender's runner imports, imported before the clock
+            # starts, as for aiosubinterp.
             import concurrent.futures
             import concurrent.futures.process  # noqa: F401
-            import multiprocessing
+            import multiprocessing  # noqa: F401
 
-            method = kind.split("-", 1)[1]
+            if kind.startswith("stdlib-"):
+                import concurrent.interpreters  # noqa: F401
+
+                _ = concurrent.futures.InterpreterPoolExecutor  # a lazy attribute on 3.14
+            elif kind == "aiointerpreters":
+                import aiointerpreters.runner  # noqa: F401
         import_s = time.perf_counter() - t_imp
 
         async def body() -> dict[str, Any]:
-            ev = asyncio.get_running_loop()
             await asyncio.sleep(0)
             mem0 = _common.tree_memory()
             out: dict[str, Any] = {"import_ms": import_s * 1000}
@@ -94,21 +115,18 @@ def contender(kind: str):
                 out["close_ms"] = (time.perf_counter() - t_close) * 1000
                 out["info"] = f"InterpreterPool(size={_common.WORKERS}, preload={preload!r})"
             else:
-                executor = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=_common.WORKERS, mp_context=multiprocessing.get_context(method))
-                try:
-                    first = await ev.run_in_executor(executor, _work.first_task, text)
+                # The shared runners: the process pools and the stdlib executor
+                # call loop.run_in_executor, as a user would.
+                async with _common.open_runner(kind, loop, warm=False) as runner:
+                    first = await runner.run(_work.first_task, text)
                     t_first = time.perf_counter()
-                    await ev.run_in_executor(executor, _work.first_task, text)
+                    await runner.run(_work.first_task, text)
                     t_next = time.perf_counter()
-                    where = await _warm(
-                        lambda: ev.run_in_executor(executor, _work.warm_task, 0.05, text))
+                    where = await _warm(lambda: runner.run(_work.warm_task, 0.05, text))
                     mem1 = _common.tree_memory()
-                finally:
                     t_close = time.perf_counter()
-                    executor.shutdown(wait=True)
                 out["close_ms"] = (time.perf_counter() - t_close) * 1000
-                out["info"] = f"ProcessPoolExecutor({_common.WORKERS}, {method})"
+                out["info"] = runner.info
             if first != want or any(w[2] != want for w in where):
                 raise AssertionError(f"first_task returned {first!r}, expected {want!r}")
             workers_seen = len({(w[0], w[1]) for w in where})
@@ -183,6 +201,15 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         targets.append(_common.Target(f"{ours}: RSS added / fork pool's",
                                       _common.ratio(rss.get(ours), rss.get(fork)), "<=", 0.5,
                                       note="ProcessPoolExecutor(2, fork), 2 warm workers"))
+    for anchor, what in (("stdlib-interpreters", "concurrent.interpreters"),
+                         ("stdlib-executor", "InterpreterPoolExecutor")):
+        targets.append(_common.Target(f"aiosubinterp: first result / stdlib {what}'s",
+                                      _common.ratio(first.get("aiosubinterp"), first.get(anchor)),
+                                      "<=", 1.0, note="3.14+, p50"))
+    targets.append(_common.Target("(info) aiosubinterp: RSS added / stdlib executor's",
+                                  _common.ratio(rss.get("aiosubinterp"),
+                                                rss.get("stdlib-executor")), "<=", 1.0,
+                                  note="3.14+, 2 warm workers"))
     targets.append(_common.Target("(info) aiosubinterp: PSS added / fork pool's",
                                   _common.ratio(pss.get("aiosubinterp"), pss.get(fork)), "<=", 0.5,
                                   note="PSS: forked workers share their parent's pages"))

@@ -21,11 +21,20 @@ Contenders, each in its own process:
   pep734-executor       ``loop.run_in_executor(InterpreterPoolExecutor(2), noop, i)`` with the
                         executor of interpreters-pep-734 (CPython 3.14's, backported; 3.13
                         only), where that package is installed (else its row shows the error)
+  stdlib-executor       ``loop.run_in_executor(concurrent.futures.InterpreterPoolExecutor(2),
+                        noop, i)`` (3.14+)
+  stdlib-interpreters   ``loop.run_in_executor(ThreadPoolExecutor(2), ...)``, each thread owning
+                        one ``concurrent.interpreters.create()``, ``interp.call(noop, i)`` (3.14+)
+  aiointerpreters       ``runner.run(noop, i)``, ``aiointerpreters.Runner(workers=2)`` (PyPI,
+                        3.14+; 2,000 tasks)
+
+Contenders this Python does not have are skipped, with the reason printed.
 
 DESIGN.md target: >= 3 x asyncio.to_thread's tasks/s and >= 10 x the process
 pool's (the faster of fork and forkserver is the anchor). Issue #5's target
 for the executor, through run_in_executor: >= 5 x the process pool's and
->= 5 x interpreters-pep-734's executor.
+>= 5 x interpreters-pep-734's executor. On 3.14+: >= 10 x the standard
+library's InterpreterPoolExecutor's (through run_in_executor).
 
 Run: ``python benchmarks/bench_throughput.py [--quick] [--json] [--loop uvloop]``.
 """
@@ -49,9 +58,12 @@ NAMES = [
     "anyio.to_interpreter-ungated",
     "aiomultiprocess",
     "pep734-executor",
+    "stdlib-executor",
+    "stdlib-interpreters",
+    "aiointerpreters",
 ]
 # Per-task cost 10-1000x ours: run fewer tasks (the rate is compared).
-SLOW = ("anyio.to_interpreter", "aiomultiprocess")
+SLOW = ("anyio.to_interpreter", "aiomultiprocess", "aiointerpreters")
 EXECUTOR = "aiosubinterp-executor"
 # anyio without a gate creates one interpreter per call in flight (~20 ms each,
 # on the loop thread): a short single batch shows it.
@@ -130,6 +142,15 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _common.Target("tasks/s / process pool's",
                        _common.ratio(ours, med.get(best_pool) if best_pool else None), ">=", 10,
                        note=f"{best_pool or 'process pool'} (the faster pool)"),
+        _common.Target("tasks/s / stdlib InterpreterPoolExecutor's",
+                       _common.ratio(ours, med.get("stdlib-executor")), ">=", 10,
+                       note="3.14+: concurrent.futures, run_in_executor"),
+        _common.Target("(info) tasks/s / stdlib concurrent.interpreters'",
+                       _common.ratio(ours, med.get("stdlib-interpreters")), ">=", 1,
+                       note="3.14+: interp.call on 2 threads"),
+        _common.Target("(info) executor tasks/s / stdlib executor's",
+                       _common.ratio(executor, med.get("stdlib-executor")), ">=", 1,
+                       note="3.14+: both via run_in_executor"),
         _common.Target("tasks/s / anyio.to_interpreter's",
                        _common.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
                        note="DESIGN.md names it as an anchor, no figure"),

@@ -1070,11 +1070,13 @@ cdef class Worker:
             raise RuntimeError("aiosubinterp: Worker.start() called twice")
         w.state = W_STARTING
         # Everything from creating the interpreter to starting its thread
-        # happens under the create lock, which the exit sweep takes too: it
-        # then sees every interpreter that exists, each with its thread.
+        # happens under the create lock, which the exit sweep takes
+        # exclusively: it then sees every interpreter that exists, each with
+        # its thread. Starts hold it shared on 3.13+ (the workers of a pool
+        # are created in parallel), exclusively on 3.12 (compat.h says why).
         # GIL: main -> none (wait for our turn to create without blocking the main GIL)
         with nogil:
-            asi_create_lock()
+            asi_create_begin()
         # GIL: none -> main
         try:
             if asi_exiting:
@@ -1082,7 +1084,7 @@ cdef class Worker:
             interp_create(w)
         except BaseException:
             w.state = W_NEW
-            asi_create_unlock()
+            asi_create_end()
             raise
         asi_registry_lock()
         asi_serial_counter += 1
@@ -1100,7 +1102,7 @@ cdef class Worker:
         pthread_attr_destroy(&attr)
         if rc == 0:
             w.thread_started = 1
-        asi_create_unlock()
+        asi_create_end()
         if rc != 0:
             w.state = W_FAILED
             w.exited = 1

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 
 import pytest
@@ -217,6 +219,26 @@ async def test_preload_of_missing_module_breaks_the_pool():
     await pool.aclose()
 
 
+async def test_error_before_an_interpreter_exists_breaks_the_pool(monkeypatch):
+    # A failure while preparing a worker (here: its bootstrap source), before
+    # any interpreter runs, fails start() and the queued task; it used to
+    # leave start() waiting forever.
+    from aiosubinterp import _pool
+
+    def no_bootstrap(self):
+        raise MemoryError("no memory for the bootstrap")
+
+    monkeypatch.setattr(_pool._Engine, "_bootstrap", no_bootstrap)
+    pool = asi.InterpreterPool(2)
+    task = pool.submit(workfuncs.square, 3)
+    with pytest.raises(asi.BrokenPoolError, match="no memory for the bootstrap") as info:
+        await asyncio.wait_for(pool.start(), 30)
+    assert isinstance(info.value.__cause__, MemoryError)
+    with pytest.raises(asi.BrokenPoolError):
+        await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(pool.aclose(), 30)
+
+
 async def test_max_tasks_per_interpreter_replaces_workers():
     async with asi.InterpreterPool(1, max_tasks_per_interpreter=2) as pool:
         ids = [await pool.run(workfuncs.interp_id) for _ in range(6)]
@@ -419,3 +441,59 @@ def test_idle_spin_sets_how_long_an_idle_interpreter_polls():
     # Polling burns CPU for as long as it lasts; 0 means the worker sleeps at once.
     assert _cpu_while_idle(0.5) > 0.1
     assert _cpu_while_idle(0) < 0.05
+
+
+def test_exit_while_interpreters_are_created_in_parallel():
+    # On 3.13+ the interpreters of a pool (and of several pools) are created
+    # at once; the exit sweep must wait for creations in flight, then destroy
+    # every interpreter, wherever its start-up got to.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(tests), tests])
+    source = textwrap.dedent("""
+        import asyncio, sys
+        import aiosubinterp as asi, workfuncs
+
+        async def main():
+            pools = [asi.InterpreterPool(3) for _ in range(3)]
+            tasks = [pool.submit(workfuncs.square, i + 2) for i, pool in enumerate(pools)]
+            first = await tasks[0]  # the other interpreters may still be starting
+            print("first", first, flush=True)
+            sys.exit(0)  # the pools are still open: the exit sweep destroys them
+
+        asyncio.run(main())
+    """)
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", source], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["first", "4"]
+        assert "Fatal Python error" not in proc.stderr
+
+
+async def test_worker_start_up_imports_only_the_runtime():
+    # Each module a worker imports at start-up costs every interpreter of
+    # every pool its import time (cold start): beyond what a bare interpreter
+    # has after `site`, a worker holds only our runtime's own modules.
+    from aiosubinterp import _pool
+
+    try:
+        import _interpreters as low
+    except ImportError:  # 3.12
+        import _xxsubinterpreters as low
+    r, w = os.pipe()
+    iid = low.create("isolated") if sys.version_info >= (3, 13) else low.create(isolated=True)
+    try:
+        err = low.exec(iid, f"import os, sys\nos.write({w}, repr(sorted(sys.modules)).encode())")
+        assert err is None, err
+    finally:
+        low.destroy(iid)
+        os.close(w)
+    with os.fdopen(r) as f:
+        bare = set(eval(f.read()))  # a list of str, written just above
+    async with asi.InterpreterPool(1) as pool:
+        held = set(await pool.run(eval, "sorted(__import__('sys').modules)"))
+    runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._marshal",
+               "aiosubinterp._worker", "cython_runtime", *_pool.blocked_modules()}
+    extra = {m for m in held - bare - runtime if not m.startswith("_cython_")}  # Cython's own
+    assert not extra, sorted(extra)

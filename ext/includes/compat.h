@@ -44,12 +44,25 @@ static inline int asi_pipe(int fds[2]) {
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
 static inline void asi_registry_unlock(void) { pthread_mutex_unlock(&asi_registry_mu); }
-/* Interpreter creation is serialized: 3.12.1 corrupts static types when two
- * threads run Py_NewInterpreterFromConfig at once ("descriptor 'close' for
+/* The creation lock. A worker start holds it from creating its interpreter
+ * to starting its thread (asi_create_begin/end); the exit sweep takes it
+ * exclusively (asi_create_lock/unlock), so it sees every interpreter that
+ * exists, each with its thread. On 3.13+ starts hold it shared: the
+ * interpreters of a pool are created in parallel (creation runs without the
+ * main GIL, ~10 ms each, most of a pool's start-up). On 3.12 starts hold it
+ * exclusively: 3.12.1 corrupts static types when two threads run
+ * Py_NewInterpreterFromConfig at once ("descriptor 'close' for
  * '_io.BufferedReader' objects doesn't apply to a '_io.FileIO' object"). */
-static pthread_mutex_t asi_create_mu = PTHREAD_MUTEX_INITIALIZER;
-static inline void asi_create_lock(void) { pthread_mutex_lock(&asi_create_mu); }
-static inline void asi_create_unlock(void) { pthread_mutex_unlock(&asi_create_mu); }
+#include "patchlevel.h"
+static pthread_rwlock_t asi_create_rw = PTHREAD_RWLOCK_INITIALIZER;
+static inline void asi_create_lock(void) { pthread_rwlock_wrlock(&asi_create_rw); }
+static inline void asi_create_unlock(void) { pthread_rwlock_unlock(&asi_create_rw); }
+#if PY_VERSION_HEX >= 0x030D0000
+static inline void asi_create_begin(void) { pthread_rwlock_rdlock(&asi_create_rw); }
+#else
+static inline void asi_create_begin(void) { pthread_rwlock_wrlock(&asi_create_rw); }
+#endif
+static inline void asi_create_end(void) { pthread_rwlock_unlock(&asi_create_rw); }
 
 /* Head of the list of live workers (a WorkerState*) and the serial counter,
  * both under asi_registry_mu. */

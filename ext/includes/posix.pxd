@@ -43,6 +43,8 @@ cdef extern from "compat.h" nogil:
     void asi_registry_unlock()
     void asi_create_lock()
     void asi_create_unlock()
+    void asi_create_begin()
+    void asi_create_end()
     void* asi_live_head
     int asi_exiting
     unsigned long long asi_serial_counter
