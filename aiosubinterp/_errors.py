@@ -142,7 +142,7 @@ class ExecutionFailed(InterpreterError, *_FAILED_BASES):  # type: ignore[misc]
         return f'{self.args[0]}\n\nRemote traceback:\n"""\n{self.remote_traceback.rstrip()}\n"""'
 
 
-class NotShareableError(InterpreterError, TypeError, *_NOT_SHAREABLE_BASES):  # type: ignore[misc]
+class NotShareableError(InterpreterError, *_NOT_SHAREABLE_BASES, TypeError):  # type: ignore[misc]
     """A value cannot be sent to another interpreter (a lambda, a closure, an unpicklable object).
 
     On 3.14+ it is also a ``concurrent.interpreters.NotShareableError``.
