@@ -109,8 +109,10 @@ class _Engine(_pool._Engine):
 
     _kind = "interpreter pool executor"
 
-    def __init__(self, size: int, *, thread_name_prefix: str, **kwargs: Any) -> None:
-        super().__init__(size, **kwargs)
+    def __init__(self, size: int, *, thread_name_prefix: str,
+                 initializer: Callable[..., object] | None, **kwargs: Any) -> None:
+        # A nested initializer that captures nothing crosses as code, as submit()'s calls do.
+        super().__init__(size, initializer=_marshal.by_code(initializer) or initializer, **kwargs)
         self._init_payload = _marshal.call_payload(
             _executor_worker.start, (thread_name_prefix, self._init_payload), {})
 
@@ -629,7 +631,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         """
         if type(fn) is functools.partial:
             fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
-        payload = _marshal.call_payload(fn, args, kwargs)
+        payload = _marshal.call_payload(fn, args, kwargs, nested=True)
         engine = self._engine
         if self._shutdown or _global_shutdown or engine._broken is not None:
             self._check()
@@ -658,7 +660,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown") from None
             if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
                 raise
-            raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
+            raise _marshal.explain_unshareable(fn, args, kwargs, exc, nested=True) from exc
         engine._submitted += 1
         return fut
 
@@ -692,7 +694,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             raise ValueError("buffersize must be None or > 0")
         if chunksize == 1:
             return self._map(fn, zip(*iterables), timeout, buffersize)
-        _marshal.call_payload(fn, (), {})  # a lambda or closure: say so here
+        _marshal.call_payload(fn, (), {}, nested=True)  # a lambda or closure: say so here
         results = self._map(functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
                             ((chunk,) for chunk in itertools.batched(zip(*iterables), chunksize)),
                             timeout, buffersize)

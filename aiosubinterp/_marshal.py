@@ -129,8 +129,8 @@ def function_ref(fn: object) -> tuple[str, str] | None:
         captured = getattr(getattr(fn, "__code__", None), "co_freevars", ())
         why = (f"it uses the variables {', '.join(captured)} of the function around it "
                "(a closure), which cannot cross" if captured else
-               "it is defined inside another function with globals that are not its "
-               "module's, so a worker cannot rebuild it")
+               "it is defined inside another function (a nested function), and functions "
+               "cross by module and name")
         raise NotShareableError(
             f"cannot send {qualname!r} (from module {module!r}) to an interpreter: {why}. "
             "Move it to the top level of a module and pass what it captured as arguments "
@@ -181,6 +181,9 @@ class _CodeFunction:
         return function_from_code, (
             self.module, fn.__globals__.get("__package__"), fn.__qualname__,
             marshal.dumps(fn.__code__), fn.__defaults__, fn.__kwdefaults__, self.needs_module)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{self.fn.__qualname__} by code>"
@@ -269,14 +272,19 @@ def function_from_code(module: str, package: str | None, qualname: str, code: by
 _refs: dict[object, tuple[str, str]] = {}
 
 
-def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
-    """The message that asks a worker to call fn(*args, **kwargs)."""
+def call_payload(fn: object, args: tuple, kwargs: dict, *, nested: bool = False) -> tuple:
+    """The message that asks a worker to call fn(*args, **kwargs).
+
+    With nested=True a function defined inside another function that
+    captures nothing crosses as its code (``by_code``); otherwise it is
+    refused like a closure (InterpreterPool's and ProcessPool's rule today).
+    """
     ref = _refs.get(fn) if type(fn) is types.FunctionType else None
     if ref is None:
         if not callable(fn):
             raise TypeError(
                 f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
-        stand_in = by_code(fn)
+        stand_in = by_code(fn) if nested else None
         if stand_in is not None:
             return (None, stand_in, args, tuple(kwargs.items()) if kwargs else ())
         ref = function_ref(fn)
@@ -290,13 +298,14 @@ def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
     return (ref[0], ref[1], args, kw)
 
 
-def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException):
+def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException, *,
+                        nested: bool = False):
     """Name the part of a call that cannot be sent, for a NotShareableError."""
     from aiosubinterp._errors import NotShareableError
 
     name = getattr(fn, "__qualname__", None) or repr(fn)
     parts: list[tuple[str, object]] = []
-    if by_code(fn) is None and function_ref(fn) is None:
+    if (by_code(fn) is None or not nested) and function_ref(fn) is None:
         parts.append((f"the callable {name!r}", fn))
     parts += [(f"argument {i} of {name}() ({type(a).__name__})", a) for i, a in enumerate(args)]
     parts += [(f"keyword argument {k!r} of {name}() ({type(v).__name__})", v)

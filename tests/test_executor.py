@@ -780,7 +780,14 @@ def test_nested_function_without_closure_crosses_as_code(executor):
 
         return len(x) + pad + extra + 0 * _thread.get_ident()
 
+    def init(key, value):
+        from workfuncs import STATE
+
+        STATE[key] = value
+
     assert executor.submit(length, "abc", extra=10).result(TIMEOUT) == 14
+    with asi.InterpreterPoolExecutor(1, init, ("nested", "yes")) as ex:
+        assert ex.submit(workfuncs.get_state, "nested").result(TIMEOUT) == "yes"
     assert list(executor.map(length, ["a", "bb"], [0, 0])) == [1, 2]
     assert list(executor.map(length, ["a", "bb", "ccc"], chunksize=2)) == [2, 3, 4]
     # One that reads its module's globals gets the worker's copy of that
