@@ -24,7 +24,10 @@ def _name_thread(name: str) -> None:
 
     set_name = getattr(_thread, "set_name", None)
     if set_name is not None:
-        set_name(name)
+        try:
+            set_name(name)
+        except (OSError, ValueError):
+            pass  # a name is a convenience: never a reason to fail the start
         return
     if sys.platform.startswith("linux"):
         try:
