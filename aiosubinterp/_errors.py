@@ -5,6 +5,8 @@ Worker-side module: imported inside interpreters, so it must not import asyncio.
 
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "BrokenChannelError",
     "BrokenPoolError",
@@ -27,22 +29,110 @@ class InterpreterError(Exception):
     """Base class of aiosubinterp's own errors."""
 
 
-class ExecutionFailed(InterpreterError):
+def _stdlib_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Extra bases of (ExecutionFailed, NotShareableError): ``concurrent.interpreters``' (3.14+).
+
+    So that code written for the standard library's interpreters catches
+    ours. NotShareableError comes from the C module ``_interpreters``.
+    ExecutionFailed is defined in ``concurrent.interpreters``, whose import
+    (queues, pickle) would lengthen every worker's start: in a worker
+    interpreter ours derives from it only if something there imported it.
+    """
+    if sys.version_info < (3, 14):
+        return (), ()
+    try:
+        import _interpreters
+    except ImportError:  # a build without subinterpreters
+        return (), ()
+    interpreters = sys.modules.get("concurrent.interpreters")
+    if interpreters is None and _interpreters.get_current()[0] == _interpreters.get_main()[0]:
+        import concurrent.interpreters as interpreters
+    failed = getattr(interpreters, "ExecutionFailed", None)
+    return ((failed,) if failed is not None else ()), (_interpreters.NotShareableError,)
+
+
+_FAILED_BASES, _NOT_SHAREABLE_BASES = _stdlib_bases()
+
+
+class _RemoteType:
+    """``excinfo.type`` of ExecutionFailed: the remote exception type's names."""
+
+    def __init__(self, module: str, qualname: str) -> None:
+        self.__module__ = module
+        self.__qualname__ = qualname
+        self.__name__ = qualname.rpartition(".")[2]
+
+    def __repr__(self) -> str:
+        return f"<remote type {self.__module__}.{self.__qualname__}>"
+
+
+class _ExcInfo:
+    """``excinfo`` of ExecutionFailed, with the fields of concurrent.interpreters' snapshot."""
+
+    __slots__ = ("type", "msg", "formatted", "errdisplay")
+
+    def __init__(self, type_: _RemoteType, msg: str, traceback_text: str) -> None:
+        self.type = type_
+        self.msg = msg
+        name = type_.__name__ if type_.__module__ == "builtins" else (
+            f"{type_.__module__}.{type_.__qualname__}")
+        self.formatted = f"{name}: {msg}" if msg else name
+        self.errdisplay = traceback_text
+
+    def __repr__(self) -> str:
+        return f"<excinfo {self.formatted!r}>"
+
+
+def _split_type_name(type_name: str) -> tuple[str, str]:
+    """("module", "qualname") of "module.qualname": the longest prefix that is a known module."""
+    parts = type_name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
+        if module in sys.modules:
+            return module, ".".join(parts[cut:])
+    if len(parts) == 1:
+        return "builtins", type_name
+    return parts[0], ".".join(parts[1:])
+
+
+class ExecutionFailed(InterpreterError, *_FAILED_BASES):  # type: ignore[misc]
     """A task raised an exception inside its interpreter.
 
     Raised alone when the remote exception could not be rebuilt in the
     caller's interpreter; otherwise it is the ``__cause__`` of the rebuilt
-    exception, so the remote traceback shows under it.
+    exception, so the remote traceback shows under it. On 3.14+ it is also a
+    ``concurrent.interpreters.ExecutionFailed``.
 
     Attributes:
         type_name: ``module.qualname`` of the remote exception's type.
         remote_traceback: the remote traceback, formatted in the interpreter.
+        excinfo: the same, shaped as ``concurrent.interpreters.ExecutionFailed.excinfo``:
+            ``type`` (with ``__name__``, ``__qualname__``, ``__module__``),
+            ``msg``, ``formatted``, ``errdisplay``.
     """
 
     def __init__(self, message: str, type_name: str = "", remote_traceback: str = "") -> None:
-        super().__init__(message)
+        # Not super().__init__: concurrent.interpreters.ExecutionFailed's
+        # takes a snapshot object, not a message.
+        Exception.__init__(self, message)
         self.type_name = type_name
         self.remote_traceback = remote_traceback
+
+    @property
+    def excinfo(self) -> _ExcInfo:
+        type_name = self.type_name or "builtins.Exception"
+        remote = getattr(self, "_remote_type", None)
+        if remote is not None:
+            module, qualname = remote
+        else:
+            module, qualname = _split_type_name(type_name)
+        message = str(self.args[0]) if self.args else ""
+        prefix = f"{self.type_name}: "
+        if self.type_name and message.startswith(prefix):
+            message = message[len(prefix):]
+        elif message == self.type_name:
+            message = ""
+        return _ExcInfo(_RemoteType(module, qualname), message, self.remote_traceback)
 
     def __reduce__(self):  # keep both attributes through pickling
         return (type(self), (self.args[0], self.type_name, self.remote_traceback))
@@ -53,8 +143,11 @@ class ExecutionFailed(InterpreterError):
         return f'{self.args[0]}\n\nRemote traceback:\n"""\n{self.remote_traceback.rstrip()}\n"""'
 
 
-class NotShareableError(InterpreterError, TypeError):
-    """A value cannot be sent to another interpreter (a lambda, a closure, an unpicklable object)."""
+class NotShareableError(InterpreterError, *_NOT_SHAREABLE_BASES, TypeError):  # type: ignore[misc]
+    """A value cannot be sent to another interpreter (a lambda, a closure, an unpicklable object).
+
+    On 3.14+ it is also a ``concurrent.interpreters.NotShareableError``.
+    """
 
 
 class PoolClosedError(InterpreterError, RuntimeError):
@@ -115,6 +208,8 @@ def rebuild(info: tuple) -> BaseException:
         # loop): delivered as a plain failure, never re-raised as themselves.
         wrapper.args = (f"the task raised {type_name}({message}) in its interpreter",)
         return wrapper
+    tp = type(exc)
+    wrapper._remote_type = (tp.__module__, tp.__qualname__)  # exact, for excinfo
     if tb_text:
         exc.__cause__ = wrapper
     return exc

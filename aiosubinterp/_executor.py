@@ -9,7 +9,9 @@ hub and drains it in batches. No thread is parked per task.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import concurrent.futures.thread
 import contextvars
 import functools
 import itertools
@@ -17,12 +19,13 @@ import os
 import select
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import _base
 from typing import Any
 
-from aiosubinterp import _chunks, _core, _loop, _marshal, _pool
+from aiosubinterp import _chunks, _core, _executor_worker, _loop, _marshal, _pool
 from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
@@ -41,12 +44,23 @@ _WITHDRAWN = _core.CANCEL_CODE_WITHDRAWN
 _CALL = _core.JOB_KIND_CALL
 
 
-class BrokenInterpreterPool(BrokenPoolError, concurrent.futures.BrokenExecutor):
+def _stdlib_broken_pool() -> type:
+    """The standard library's class for this error: 3.14+ has its own interpreter executor's."""
+    try:
+        from concurrent.futures.interpreter import BrokenInterpreterPool as stdlib
+    except ImportError:  # before 3.14, or a build without subinterpreters
+        return concurrent.futures.thread.BrokenThreadPool
+    return stdlib
+
+
+class BrokenInterpreterPool(BrokenPoolError, _stdlib_broken_pool()):  # type: ignore[misc]
     """The executor's interpreters could not start (preload or initializer failed).
 
     Raised by ``submit()`` on a broken executor and set on the futures that
-    were waiting. It is a ``concurrent.futures.BrokenExecutor`` (as
-    ``BrokenThreadPool`` and ``BrokenProcessPool`` are) and an
+    were waiting. It is a ``concurrent.futures.BrokenExecutor`` and a
+    ``concurrent.futures.thread.BrokenThreadPool``, on 3.14+ also the
+    standard library's ``concurrent.futures.interpreter.BrokenInterpreterPool``
+    (code written for the standard executors catches it), and an
     ``aiosubinterp.BrokenPoolError``; ``__cause__`` is what went wrong.
     """
 
@@ -86,9 +100,21 @@ def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
 
 
 class _Engine(_pool._Engine):
-    """The engine, with a synchronous close for the exit hook."""
+    """The engine, with a synchronous close for the exit hook.
+
+    Each interpreter first runs _executor_worker.start, which names its
+    thread (as ThreadPoolExecutor names its threads) and then runs the
+    user's initializer.
+    """
 
     _kind = "interpreter pool executor"
+
+    def __init__(self, size: int, *, thread_name_prefix: str,
+                 initializer: Callable[..., object] | None, **kwargs: Any) -> None:
+        # A nested initializer that captures nothing crosses as code, as submit()'s calls do.
+        super().__init__(size, initializer=_marshal.by_code(initializer) or initializer, **kwargs)
+        self._init_payload = _marshal.call_payload(
+            _executor_worker.start, (thread_name_prefix, self._init_payload), {})
 
     def close_here(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
@@ -106,11 +132,20 @@ class _Engine(_pool._Engine):
             self._shutdown()
 
 
-def _close_if_broken(engine: _pool._Engine, started: concurrent.futures.Future) -> None:
-    # A broken executor releases its completion thread and fds by itself, as
-    # the standard executors let their threads end; submit() keeps raising.
-    if started.exception() is not None:
-        engine.close()
+def _on_started(executor_ref: weakref.ref, engine: _pool._Engine,
+                started: concurrent.futures.Future) -> None:
+    if started.exception() is None or engine._broken is None:
+        return
+    # Like ThreadPoolExecutor: the initializer's error is logged, then the
+    # executor reads as broken (_broken), and it releases its completion
+    # thread and fds by itself; submit() keeps raising.
+    cause = engine._broken.__cause__ or engine._broken
+    _LOGGER.critical("Exception in initializer (or a preload import) of an interpreter; "
+                     "the InterpreterPoolExecutor is broken:", exc_info=cause)
+    executor = executor_ref()
+    if executor is not None:
+        executor._broken_message = str(_broken_error(engine))
+    engine.close()
 
 
 # Guards the creation of a future's Condition (see _Future).
@@ -132,10 +167,10 @@ class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
     change after it goes through the Condition (the stdlib's code paths).
     """
 
-    def __init__(self, owner: _Completions, tid: int) -> None:
+    def __init__(self, owner: _Completions, tid: int, state: str = _PENDING) -> None:
         # concurrent.futures.Future.__init__ (3.12, 3.13), minus the Condition.
         self._cond: threading.Condition | None = None
-        self._state = _PENDING
+        self._state = state
         self._result = None
         self._exception: BaseException | None = None
         self._waiter_list: list[Any] | None = None
@@ -402,6 +437,38 @@ def _chain_from_lists(results: Iterator[list[Any]]) -> Iterator[Any]:
             yield chunk.pop()
 
 
+def _result_or_cancel(fut: concurrent.futures.Future, timeout: float | None = None) -> Any:
+    try:
+        return fut.result(timeout)
+    finally:
+        fut.cancel()  # timed out: the call need not run any more
+
+
+class _WorkerThread:
+    """One entry of ``InterpreterPoolExecutor._threads``: an interpreter's worker thread.
+
+    ThreadPoolExecutor keeps its ``threading.Thread`` objects there, and code
+    reads the set's size or joins them after shutdown(). The executor's
+    threads are not Python threads: this stands for one of them, and
+    ``join()`` returns once the executor has shut down and destroyed its
+    interpreters.
+    """
+
+    def __init__(self, name: str, closed: concurrent.futures.Future) -> None:
+        self.name = name
+        self.daemon = False
+        self._closed = closed
+
+    def is_alive(self) -> bool:
+        return not self._closed.done()
+
+    def join(self, timeout: float | None = None) -> None:
+        concurrent.futures.wait([self._closed], timeout)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {'alive' if self.is_alive() else 'stopped'}>"
+
+
 # A ThreadPoolExecutor only by class: asyncio's loop.set_default_executor()
 # accepts nothing else (TypeError since 3.11), and CPython 3.14's own
 # InterpreterPoolExecutor derives from it too. ThreadPoolExecutor.__init__ is
@@ -413,27 +480,39 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         max_workers: number of interpreters (default: the CPUs this process
             may use). ValueError if it is not positive.
         initializer: a module-level function each interpreter calls once at
-            start, with ``initargs``. If it raises, the executor is broken:
-            the waiting futures get BrokenInterpreterPool, and so does submit().
+            start, with ``initargs``. If it raises, the error is logged on the
+            ``concurrent.futures`` logger and the executor is broken: the
+            waiting futures get BrokenInterpreterPool, and so does submit().
         initargs: arguments of the initializer.
         preload: modules each interpreter imports at start.
         max_tasks_per_interpreter: replace an interpreter after it ran this many calls.
+        thread_name_prefix: names the interpreters' OS threads
+            (``prefix_<interpreter id>``; default ``InterpreterPoolExecutor-<n>``).
+            Keyword-only: the second positional parameter is ``initializer``.
 
     The whole ``concurrent.futures`` contract: ``submit`` returns a
-    ``Future``; ``map`` (with ``timeout`` and ``chunksize``);
+    ``Future``; ``map`` (with ``timeout``, ``chunksize`` and ``buffersize``);
     ``shutdown(wait=True, cancel_futures=False)``; the context manager;
-    ``wait``/``as_completed``. ``Future.cancel()`` withdraws a call that has
-    not started; a started one runs to its end (as in the standard
-    executors). It works with ``loop.run_in_executor(executor, fn, *args)``
-    and as a loop's default executor (``loop.set_default_executor``); then
-    ``asyncio.to_thread(fn, ...)`` runs fn in an interpreter too, without
-    the caller's context variables, which cannot cross interpreters.
+    ``wait``/``as_completed``. A call counts as running (``running()``,
+    not cancellable) from the moment an interpreter is assigned to it: at
+    submit() when fewer calls than ``max_workers`` are in flight (the
+    interpreters may still be starting), later when an interpreter takes it
+    from the queue, as ProcessPoolExecutor counts the calls it handed to its
+    processes. ``Future.cancel()`` and ``shutdown(cancel_futures=True)``
+    withdraw the calls that are not running; a running one runs to its end
+    (as in the standard executors). It works with
+    ``loop.run_in_executor(executor, fn, *args)`` and as a loop's default
+    executor (``loop.set_default_executor``); then ``asyncio.to_thread(fn,
+    ...)`` runs fn in an interpreter too, without the caller's context
+    variables, which cannot cross interpreters.
 
     Functions cross by reference (module and name) and must be module-level
-    functions, builtins, or picklable callables; arguments and results cross
-    by copy. submit() raises NotShareableError at once if they cannot.
-    Exceptions come back with their own type, caused by an ExecutionFailed
-    carrying the remote traceback.
+    functions, builtins, picklable callables, or functions defined inside
+    another function that capture nothing (those cross as code, with their
+    module's globals). Arguments and results cross by copy. submit()
+    raises NotShareableError at once if they cannot (the standard library's
+    executor raises it from result()). Exceptions come back with their own
+    type, caused by an ExecutionFailed carrying the remote traceback.
 
     Done-callbacks run on the executor's completion thread: keep them short
     and never block there on another future of the same executor.
@@ -442,6 +521,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
     interpreter, including from done-callbacks.
     """
 
+    BROKEN = BrokenInterpreterPool
+
     def __init__(
         self,
         max_workers: int | None = None,
@@ -449,6 +530,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         initargs: tuple = (),
         preload: Iterable[str] = (),
         max_tasks_per_interpreter: int | None = None,
+        *,
+        thread_name_prefix: str = "",
     ) -> None:
         if max_workers is None:
             max_workers = _pool.default_size()
@@ -456,11 +539,25 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             raise TypeError(f"max_workers must be an int or None, got {type(max_workers).__name__}")
         elif max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
+        if isinstance(initializer, str):
+            raise TypeError(
+                f"initializer must be a callable, got the string {initializer!r}: scripts are not "
+                "supported (the standard library's InterpreterPoolExecutor refuses them too), and "
+                "the second positional parameter here is the initializer: pass "
+                "thread_name_prefix=... by keyword")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
+        if not isinstance(thread_name_prefix, str):
+            raise TypeError(
+                f"thread_name_prefix must be a str, got {type(thread_name_prefix).__name__}")
         self._max_workers = max_workers
+        self._thread_name_prefix = thread_name_prefix or (
+            f"InterpreterPoolExecutor-{self._counter()}")  # type: ignore[attr-defined]
+        self._initializer = initializer
+        self._initargs = initargs
         self._engine = _Engine(
             max_workers,
+            thread_name_prefix=self._thread_name_prefix,
             preload=preload,
             initializer=initializer,
             initargs=initargs,
@@ -468,11 +565,35 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         )
         self._lock = threading.Lock()
         self._shutdown = False
+        self._broken_message: str | None = None
         self._completions: _Completions | None = None
-        self._engine._started.add_done_callback(functools.partial(_close_if_broken, self._engine))
+        self._worker_threads: frozenset[_WorkerThread] = frozenset()
+        self._engine._started.add_done_callback(
+            functools.partial(_on_started, weakref.ref(self), self._engine))
         # Dropped without shutdown(): finish the submitted calls, then destroy
         # the interpreters (the standard executors also wind down on collection).
         weakref.finalize(self, self._engine.close)
+
+    # -- what ThreadPoolExecutor code reads ----------------------------------------
+
+    @property
+    def _broken(self) -> str | bool:  # type: ignore[override]
+        """False, or why the executor is broken (ThreadPoolExecutor's attribute)."""
+        return self._broken_message or False
+
+    @property
+    def _threads(self) -> frozenset[_WorkerThread]:  # type: ignore[override]
+        """One entry per interpreter once the executor started (ThreadPoolExecutor's attribute).
+
+        Every interpreter starts at the first submit(): ``max_workers`` entries
+        from then on, where ThreadPoolExecutor adds a thread when no idle
+        one is left.
+        """
+        return self._worker_threads
+
+    @property
+    def _shutdown_lock(self) -> threading.Lock:  # type: ignore[override]
+        return self._lock
 
     # -- submitting --------------------------------------------------------------
 
@@ -489,6 +610,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             self._check()
             if self._completions is None:
                 self._completions = _Completions(self._engine)
+                self._worker_threads = frozenset(
+                    _WorkerThread(f"{self._thread_name_prefix}_{i}", self._engine._closed)
+                    for i in range(self._max_workers))
                 self._engine._ensure_started()
             return self._completions
 
@@ -497,13 +621,17 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
     ) -> concurrent.futures.Future[Any]:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Future at once.
 
+        The Future is already running (not cancellable) when an interpreter
+        is free for it, or one is starting for it: when fewer than
+        ``max_workers`` calls are in flight.
+
         Raises NotShareableError (a TypeError) here, before anything is
         queued, if fn or the arguments cannot cross; RuntimeError after
         shutdown(); BrokenInterpreterPool if the interpreters failed to start.
         """
         if type(fn) is functools.partial:
             fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
-        payload = _marshal.call_payload(fn, args, kwargs)
+        payload = _marshal.call_payload(fn, args, kwargs, nested=True)
         engine = self._engine
         if self._shutdown or _global_shutdown or engine._broken is not None:
             self._check()
@@ -513,7 +641,14 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             engine._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
             engine._path = path
         tid = next(_pool._task_ids)
-        fut = _Future(owner, tid)
+        # Fewer calls in flight than interpreters: one of them (idle, or
+        # still starting) takes this call next; the queue is FIFO and the
+        # calls ahead of it are running too. The count may include calls
+        # that finished a moment ago and are not delivered yet (then this
+        # one just stays cancellable); two threads racing here may both
+        # count a free interpreter: the later call then waits for the next
+        # free one, still running as promised, only later.
+        fut = _Future(owner, tid, _RUNNING if len(owner.pending) < self._max_workers else _PENDING)
         # Registered before it is queued: its completion may come at once.
         owner.pending[tid] = fut
         try:
@@ -526,7 +661,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown") from None
             if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
                 raise
-            raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
+            raise _marshal.explain_unshareable(fn, args, kwargs, exc, nested=True) from exc
         engine._submitted += 1
         return fut
 
@@ -536,26 +671,70 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[Any]:
         """Like the builtin map(), the calls run in the interpreters; results in order.
 
-        Every call is submitted at once. ``timeout`` (seconds from this call)
+        Every call is submitted at once, or with ``buffersize``, that many
+        ahead of the results consumed: one more each time a result is taken
+        (for long or infinite iterables). ``timeout`` (seconds from this call)
         makes the iteration raise TimeoutError when a result is not ready in
         time. ``chunksize`` > 1 sends the items in chunks of that size, one
-        job per chunk (fewer round trips for many small items). The first
-        failing call raises its exception when its result is reached; the
-        calls not yet started are then cancelled.
+        job per chunk (fewer round trips for many small items; ``buffersize``
+        then counts chunks). The first failing call raises its exception when
+        its result is reached; the calls not yet started are then cancelled.
         """
         if isinstance(chunksize, bool) or not isinstance(chunksize, int):
             raise TypeError(f"chunksize must be an int, got {type(chunksize).__name__}")
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None and (isinstance(buffersize, bool)
+                                       or not isinstance(buffersize, int)):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize is not None and buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
         if chunksize == 1:
-            return super().map(fn, *iterables, timeout=timeout)
-        _marshal.call_payload(fn, (), {})  # a lambda or closure: say so here
-        results = super().map(functools.partial(_chunks.run_chunk, fn),
-                              itertools.batched(zip(*iterables), chunksize), timeout=timeout)
+            return self._map(fn, zip(*iterables), timeout, buffersize)
+        _marshal.call_payload(fn, (), {}, nested=True)  # a lambda or closure: say so here
+        results = self._map(functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
+                            ((chunk,) for chunk in itertools.batched(zip(*iterables), chunksize)),
+                            timeout, buffersize)
         return _chain_from_lists(results)
+
+    def _map(self, fn: Callable[..., Any], calls: Iterator[tuple[Any, ...]],
+             timeout: float | None, buffersize: int | None) -> Iterator[Any]:
+        end = None if timeout is None else timeout + time.monotonic()
+        if buffersize is None:
+            futures = collections.deque(self.submit(fn, *args) for args in calls)
+        else:
+            futures = collections.deque(
+                self.submit(fn, *args) for args in itertools.islice(calls, buffersize))
+        # The generator holds the executor weakly, as the standard map does:
+        # an abandoned iterator does not keep it alive.
+        executor_ref = weakref.ref(self) if buffersize is not None else None
+        return self._results(futures, calls, fn, end, executor_ref)
+
+    @staticmethod
+    def _results(futures: collections.deque, calls: Iterator[tuple[Any, ...]],
+                 fn: Callable[..., Any], end: float | None,
+                 executor_ref: weakref.ref | None) -> Iterator[Any]:
+        try:
+            while futures:
+                if executor_ref is not None:
+                    executor = executor_ref()
+                    args = next(calls, None) if executor is not None else None
+                    if args is not None:
+                        futures.append(executor.submit(fn, *args))  # type: ignore[union-attr]
+                    del executor
+                # No local name for the future or its result: once yielded,
+                # the iterator keeps no reference to either.
+                if end is None:
+                    yield _result_or_cancel(futures.popleft())
+                else:
+                    yield _result_or_cancel(futures.popleft(), end - time.monotonic())
+        finally:
+            for fut in futures:
+                fut.cancel()
 
     # -- shutting down -----------------------------------------------------------
 
@@ -563,10 +742,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         """Stop accepting calls; with wait=True, return once they ran and the interpreters are gone.
 
         Calls already submitted run to their end, except, with
-        ``cancel_futures=True``, those that have not started: their futures
-        are cancelled. Idempotent. With wait=False it returns at once and the
-        interpreters are destroyed on a helper thread once the calls are done;
-        the program does not exit before that.
+        ``cancel_futures=True``, those that are not running (see the class
+        docstring): their futures are cancelled. Idempotent. With wait=False
+        it returns at once and the interpreters are destroyed on a helper
+        thread once the calls are done; the program does not exit before that.
         """
         with self._lock:
             self._shutdown = True

@@ -7,6 +7,9 @@ asyncio. The compiled module encodes builtin immutables natively and calls
 Functions cross by reference (module and qualified name). Functions of the
 user's script (``__main__``) are found in a worker by importing that script
 under the name ``__aiosubinterp_main__``, as multiprocessing's spawn does.
+A function defined inside another function that captures nothing (no
+closure) crosses as its code object, bound in the worker to the globals of
+its module there (see ``by_code``).
 """
 
 import sys
@@ -25,9 +28,10 @@ def _plain_function() -> None:
 
 _FunctionType = type(_plain_function)
 _BuiltinFunctionType = type(len)
+_CodeType = type(_plain_function.__code__)
 
-__all__ = ["MAIN_ALIAS", "call_payload", "dumps", "dumps_ends", "dumps_oob", "function_ref",
-           "loads"]
+__all__ = ["MAIN_ALIAS", "by_code", "call_payload", "dumps", "dumps_ends", "dumps_oob",
+           "function_ref", "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
@@ -194,11 +198,15 @@ def function_ref(fn: object) -> tuple[str, str] | None:
             "Define it with `def` at the top level of a module."
         )
     if "<locals>" in qualname:
+        captured = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        why = (f"it uses the variables {', '.join(captured)} of the function around it "
+               "(a closure), which cannot cross" if captured else
+               "it is defined inside another function (a nested function), and functions "
+               "cross by module and name")
         raise NotShareableError(
-            f"cannot send {qualname!r} (from module {module!r}) to an interpreter: it is defined "
-            "inside another function (a closure or nested function), and functions cross by "
-            "module and name. Move it to the top level of a module and pass what it "
-            "captured as arguments (functools.partial works)."
+            f"cannot send {qualname!r} (from module {module!r}) to an interpreter: {why}. "
+            "Move it to the top level of a module and pass what it captured as arguments "
+            "(functools.partial works)."
         )
     if module == MAIN_ALIAS:
         module = "__main__"
@@ -221,18 +229,136 @@ def function_ref(fn: object) -> tuple[str, str] | None:
     return module, qualname
 
 
+class _CodeFunction:
+    """A nested function that captures nothing, crossing as its code object.
+
+    Pickles as a call of ``function_from_code`` in the receiving interpreter.
+    A function that reads or writes globals of its module gets the globals
+    of that module there (imported if need be): what a module-level function
+    of the module sees too. One that only uses builtins and its arguments
+    gets fresh globals, and its module is not imported. Defaults cross by copy.
+    """
+
+    __slots__ = ("fn", "module", "needs_module")
+
+    def __init__(self, fn: "types.FunctionType", module: str, needs_module: bool) -> None:
+        self.fn = fn
+        self.module = module
+        self.needs_module = needs_module
+
+    def __reduce__(self):
+        import marshal
+
+        fn = self.fn
+        return function_from_code, (
+            self.module, fn.__globals__.get("__package__"), fn.__qualname__,
+            marshal.dumps(fn.__code__), fn.__defaults__, fn.__kwdefaults__, self.needs_module)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self.fn.__qualname__} by code>"
+
+
+# Instructions that read or write a module's namespace. Class bodies look
+# their names up there too (LOAD_NAME, LOAD_FROM_DICT_OR_GLOBALS).
+_NAMESPACE_OPS = ("GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME", "DICT_OR_GLOBALS")
+# code object -> whether it needs its module's globals.
+_needs_module: "dict[types.CodeType, bool]" = {}
+
+
+def _uses_module_globals(code: "types.CodeType", namespace: dict) -> bool:
+    """Whether code (or code nested in it) uses a name of its module, not only builtins."""
+    import builtins
+    import dis
+
+    for ins in dis.get_instructions(code):
+        if any(op in ins.opname for op in _NAMESPACE_OPS):
+            name = ins.argval
+            if (ins.opname != "LOAD_GLOBAL" or not isinstance(name, str) or name in namespace
+                    or not hasattr(builtins, name)):
+                return True
+    return any(isinstance(const, _CodeType) and _uses_module_globals(const, namespace)
+               for const in code.co_consts)
+
+
+def by_code(fn: object) -> _CodeFunction | None:
+    """A picklable stand-in for fn when it is a nested function that captures nothing, else None.
+
+    Lambdas are not sent this way (they keep their clear error): a function
+    defined with ``def`` inside another function, with no closure cells,
+    whose globals are its module's.
+    """
+    if type(fn) is not _FunctionType or fn.__closure__ is not None:
+        return None
+    qualname = fn.__qualname__
+    if "<locals>" not in qualname or "<lambda>" in qualname:
+        return None
+    module = fn.__module__
+    mod = sys.modules.get(module) if isinstance(module, str) else None
+    if mod is None or fn.__globals__ is not vars(mod):
+        return None
+    code = fn.__code__
+    needs_module = _needs_module.get(code)
+    if needs_module is None:
+        needs_module = _uses_module_globals(code, fn.__globals__)
+        if len(_needs_module) >= 1024:
+            _needs_module.clear()
+        _needs_module[code] = needs_module
+    if module == MAIN_ALIAS:
+        module = "__main__"
+    elif module == "__main__" and main_importer is None and needs_module:
+        main = sys.modules["__main__"]
+        if getattr(main, "__file__", None) is None and getattr(main, "__spec__", None) is None:
+            return None  # an interactive session: function_ref says so
+    return _CodeFunction(fn, module, needs_module)
+
+
+def function_from_code(module: str, package: str | None, qualname: str, code: bytes,
+                       defaults: tuple | None, kwdefaults: dict | None,
+                       needs_module: bool) -> "types.FunctionType":
+    """Rebuild a function sent by ``by_code``, with the globals of its module here if it needs them."""
+    import builtins
+    import marshal
+
+    if not needs_module:
+        namespace = {"__name__": module, "__package__": package, "__builtins__": builtins}
+    elif module == "__main__" and main_importer is not None:
+        namespace = vars(main_importer())
+    elif module == MAIN_ALIAS and main_importer is None:
+        namespace = vars(sys.modules["__main__"])
+    else:
+        import importlib
+
+        namespace = vars(importlib.import_module(module))
+    code_obj = marshal.loads(code)
+    fn = _FunctionType(code_obj, namespace, code_obj.co_name, defaults)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
 # fn -> (module, qualname) for plain functions already checked: resolving a
 # reference walks sys.modules and attributes, a visible cost per small task.
 _refs: dict[object, tuple[str, str]] = {}
 
 
-def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
-    """The message that asks a worker to call fn(*args, **kwargs)."""
+def call_payload(fn: object, args: tuple, kwargs: dict, *, nested: bool = False) -> tuple:
+    """The message that asks a worker to call fn(*args, **kwargs).
+
+    With nested=True a function defined inside another function that
+    captures nothing crosses as its code (``by_code``); otherwise it is
+    refused like a closure (InterpreterPool's and ProcessPool's rule today).
+    """
     ref = _refs.get(fn) if type(fn) is _FunctionType else None
     if ref is None:
         if not callable(fn):
             raise TypeError(
                 f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
+        stand_in = by_code(fn) if nested else None
+        if stand_in is not None:
+            return (None, stand_in, args, tuple(kwargs.items()) if kwargs else ())
         ref = function_ref(fn)
         if ref is not None and type(fn) is _FunctionType:
             if len(_refs) >= 1024:
@@ -244,13 +370,14 @@ def call_payload(fn: object, args: tuple, kwargs: dict) -> tuple:
     return (ref[0], ref[1], args, kw)
 
 
-def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException):
+def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException, *,
+                        nested: bool = False):
     """Name the part of a call that cannot be sent, for a NotShareableError."""
     from aiosubinterp._errors import NotShareableError
 
     name = getattr(fn, "__qualname__", None) or repr(fn)
     parts: list[tuple[str, object]] = []
-    if function_ref(fn) is None:
+    if (by_code(fn) is None or not nested) and function_ref(fn) is None:
         parts.append((f"the callable {name!r}", fn))
     parts += [(f"argument {i} of {name}() ({type(a).__name__})", a) for i, a in enumerate(args)]
     parts += [(f"keyword argument {k!r} of {name}() ({type(v).__name__})", v)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import concurrent.futures.thread
 import contextvars
 import functools
 import gc
+import itertools
 import os
 import select
 import subprocess
@@ -167,13 +169,15 @@ def test_exception_keeps_type_and_remote_traceback(executor):
 
 
 def test_unshareable_calls_are_refused_at_submit(executor):
-    def inner(x):
-        return x
+    offset = 1
+
+    def closure(x):
+        return x + offset
 
     with pytest.raises(asi.NotShareableError, match="lambda"):
         executor.submit(lambda: 1)
-    with pytest.raises(TypeError, match="top level of a module"):
-        executor.submit(inner, 1)
+    with pytest.raises(TypeError, match=r"uses the variables offset .*top level of a module"):
+        executor.submit(closure, 1)
     with pytest.raises(asi.NotShareableError, match=r"argument 1 of echo\(\) \(lock\)"):
         executor.submit(workfuncs.echo, 1, threading.Lock())
     with pytest.raises(TypeError, match="expected a callable"):
@@ -668,3 +672,187 @@ def test_example_runs():
                           capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
+
+
+# -- a drop-in for the standard library's executor ------------------------------------
+# (CPython's own tests run against ours in test_cpython_executor.py.)
+
+
+def test_calls_handed_to_starting_interpreters_count_as_running(gate):
+    # Right after creation no interpreter exists yet; the first max_workers
+    # calls are theirs all the same: running, not cancellable, and
+    # shutdown(cancel_futures=True) lets them run (ProcessPoolExecutor counts
+    # the calls it handed to its processes the same way).
+    ex = asi.InterpreterPoolExecutor(2)
+    try:
+        fn, args = gate.task()
+        first = [ex.submit(fn, *args) for _ in range(2)]
+        rest = [ex.submit(workfuncs.square, i) for i in range(10)]
+        assert all(f.running() for f in first)
+        assert not first[0].cancel() and first[0].running()
+        assert not any(f.running() or f.done() for f in rest)
+        ex.shutdown(wait=False, cancel_futures=True)
+        assert all(f.cancelled() for f in rest)
+        gate.wait_started(2)
+        gate.release(2)
+        assert [f.result(TIMEOUT) for f in first] == [b"r", b"r"]
+    finally:
+        gate.unblock()
+        ex.shutdown()
+
+
+def test_map_with_buffersize_submits_that_many_ahead():
+    with asi.InterpreterPoolExecutor(2) as ex:
+        results = ex.map(workfuncs.square, itertools.count(), buffersize=2)
+        assert [next(results) for _ in range(5)] == [0, 1, 4, 9, 16]
+        results.close()
+        assert list(ex.map(workfuncs.add, range(5), range(5), buffersize=3,
+                           chunksize=2)) == [0, 2, 4, 6, 8]
+        assert list(ex.map(workfuncs.square, [], buffersize=1)) == []
+        for bad in ("2", 2.0, True):
+            with pytest.raises(TypeError, match="buffersize must be an integer or None"):
+                ex.map(workfuncs.square, [1], buffersize=bad)
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="buffersize must be None or > 0"):
+                ex.map(workfuncs.square, [1], buffersize=bad)
+        items = iter(range(10))
+        ex.map(workfuncs.square, items, buffersize=3)
+    assert next(items) == 3, "only buffersize items are taken before results are read"
+
+
+def test_failing_initializer_is_logged_and_marks_the_executor_broken(caplog):
+    ex = asi.InterpreterPoolExecutor(2, initializer=workfuncs.fail_init)
+    assert ex._broken is False
+    with caplog.at_level("CRITICAL", logger="concurrent.futures"):
+        fut = ex.submit(workfuncs.square, 3)
+        with pytest.raises(cf.thread.BrokenThreadPool):
+            fut.result(TIMEOUT)
+        ex._engine._closed.result(TIMEOUT)
+    # Logged before the executor reads as broken, as ThreadPoolExecutor does.
+    assert isinstance(ex._broken, str) and "not usable anymore" in ex._broken
+    assert "initializer says no" in ex._broken
+    [record] = [r for r in caplog.records if r.name == "concurrent.futures"]
+    assert record.levelname == "CRITICAL" and "initializer" in record.getMessage()
+    assert "RuntimeError: initializer says no" in caplog.text
+    with pytest.raises(ex.BROKEN):
+        ex.submit(workfuncs.square, 3)
+    ex.shutdown()
+
+
+def test_threadpool_attributes():
+    ex = asi.InterpreterPoolExecutor(3, thread_name_prefix="calc")
+    try:
+        assert ex._max_workers == 3 and ex._thread_name_prefix == "calc"
+        assert ex._threads == frozenset(), "nothing started before the first submit()"
+        assert ex.submit(workfuncs.square, 2).result(TIMEOUT) == 4
+        assert len(ex._threads) == 3
+        assert sorted(t.name for t in ex._threads) == ["calc_0", "calc_1", "calc_2"]
+        assert all(t.is_alive() for t in ex._threads)
+        assert ex._initializer is None and ex._initargs == ()
+    finally:
+        ex.shutdown()
+    for t in ex._threads:
+        t.join()
+        assert not t.is_alive()
+    assert asi.InterpreterPoolExecutor(1)._thread_name_prefix.startswith("InterpreterPoolExecutor-")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/comm"), reason="Linux only")
+def test_worker_threads_are_named():
+    def _thread_name():
+        with open("/proc/thread-self/comm") as comm:
+            return comm.read().strip()
+
+    with asi.InterpreterPoolExecutor(1, thread_name_prefix="calc") as ex:
+        name = ex.submit(_thread_name).result(TIMEOUT)
+        interp = ex.submit(workfuncs.interp_id).result(TIMEOUT)
+    assert name == f"calc_{interp}"[:15]
+
+
+def test_string_initializer_is_refused_with_the_reason():
+    with pytest.raises(TypeError, match="scripts are not supported.*thread_name_prefix"):
+        asi.InterpreterPoolExecutor(2, "my-prefix")
+
+
+def test_nested_function_without_closure_crosses_as_code(executor):
+    def length(x, pad=1, *, extra=0):
+        import _thread  # imports inside are fine: no globals
+
+        return len(x) + pad + extra + 0 * _thread.get_ident()
+
+    def init(key, value):
+        from workfuncs import STATE
+
+        STATE[key] = value
+
+    assert executor.submit(length, "abc", extra=10).result(TIMEOUT) == 14
+    with asi.InterpreterPoolExecutor(1, init, ("nested", "yes")) as ex:
+        assert ex.submit(workfuncs.get_state, "nested").result(TIMEOUT) == "yes"
+    assert list(executor.map(length, ["a", "bb"], [0, 0])) == [1, 2]
+    assert list(executor.map(length, ["a", "bb", "ccc"], chunksize=2)) == [2, 3, 4]
+    # One that reads its module's globals gets the worker's copy of that
+    # module, as a module-level function does.
+    namespace = vars(workfuncs)
+    exec("def _outer():\n    def inner(x):\n        return square(x) + 1\n    return inner\n",
+         namespace)
+    try:
+        inner = namespace["_outer"]()
+        assert inner.__qualname__ == "_outer.<locals>.inner"
+        assert executor.submit(inner, 5).result(TIMEOUT) == 26
+    finally:
+        del namespace["_outer"]
+
+
+def test_a_closure_still_gets_the_clear_error(executor):
+    count = 0
+
+    def bump():
+        nonlocal count
+        count += 1
+
+    with pytest.raises(asi.NotShareableError, match=r"uses the variables count .* closure"):
+        executor.submit(bump)
+    with pytest.raises(asi.NotShareableError, match="lambda"):
+        executor.submit(lambda: None)
+    with pytest.raises(asi.NotShareableError, match="lambda"):
+        executor.map(lambda x: x, [1], chunksize=2)
+
+
+def test_errors_are_the_standard_librarys_too():
+    assert issubclass(asi.BrokenInterpreterPool, cf.thread.BrokenThreadPool)
+    failed = asi.ExecutionFailed("builtins.ValueError: bad", "builtins.ValueError", "tb")
+    assert failed.excinfo.type.__name__ == "ValueError"
+    assert failed.excinfo.type.__module__ == "builtins"
+    assert failed.excinfo.msg == "bad" and failed.excinfo.errdisplay == "tb"
+    if sys.version_info < (3, 14):
+        return  # concurrent.interpreters is new in 3.14
+    from concurrent import interpreters
+    from concurrent.futures import interpreter
+
+    assert issubclass(asi.BrokenInterpreterPool, interpreter.BrokenInterpreterPool)
+    assert issubclass(asi.NotShareableError, interpreters.NotShareableError)
+    assert issubclass(asi.ExecutionFailed, interpreters.ExecutionFailed)
+    assert issubclass(asi.NotShareableError, asi.InterpreterError)
+    with asi.InterpreterPoolExecutor(1) as ex:
+        with pytest.raises(interpreters.NotShareableError):
+            ex.submit(workfuncs.echo, threading.Lock())
+        with pytest.raises(workfuncs.CustomError) as info:
+            ex.submit(workfuncs.raise_custom, "spam").result(TIMEOUT)
+    cause = info.value.__cause__
+    assert isinstance(cause, interpreters.ExecutionFailed)
+    assert cause.excinfo.type.__qualname__ == "CustomError"
+    assert cause.excinfo.type.__module__ == "workfuncs" and cause.excinfo.msg == "spam"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="concurrent.interpreters is new in 3.14")
+def test_a_stdlib_interpreters_queue_crosses(executor):
+    from concurrent import interpreters
+
+    queue = interpreters.create_queue()
+
+    def put(q, item):
+        q.put_nowait(item)
+        return q.id
+
+    assert executor.submit(put, queue, "hello").result(TIMEOUT) == queue.id
+    assert queue.get(timeout=TIMEOUT) == "hello"
