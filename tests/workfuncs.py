@@ -295,9 +295,13 @@ async def async_sleep_add(a, b, delay):
 
 
 def signal_then_spin(wfd):
-    """Write b"s", then spin in bytecode until interrupted; write b"k" on the way out."""
-    os.write(wfd, b"s")
+    """Write b"s", then spin in bytecode until interrupted; write b"k" on the way out.
+
+    The write is inside the try: an interruption sent as soon as b"s" is read
+    may fire right as os.write returns, before the loop starts.
+    """
     try:
+        os.write(wfd, b"s")
         while True:
             pass
     except KeyboardInterrupt:
