@@ -27,18 +27,21 @@ declare -a rows=()
 failed=0
 declare -A covered=()
 declare -A totals=([passed]=0 [failed]=0 [errors]=0 [skipped]=0)
+LAST_FAILED=0
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 
 # Adds the counts of pytest's closing line in $LOG to the totals.
 count() {
     local line n word
+    LAST_FAILED=0
     line="$(grep -E '[0-9]+ (passed|failed|error)' "$LOG" | grep -E ' in [0-9.]+s' | tail -1)"
     for word in passed failed skipped errors error; do
         n="$(grep -oE "[0-9]+ $word\b" <<<"$line" | head -1 | cut -d' ' -f1)"
         [[ -n "$n" ]] || continue
         [[ "$word" == error ]] && word=errors
         totals[$word]=$((totals[$word] + n))
+        if [[ "$word" == failed || "$word" == errors ]]; then LAST_FAILED=$((LAST_FAILED + n)); fi
     done
 }
 
@@ -56,7 +59,12 @@ patch_of() {  # interpreter path -> "3.13.0"
 
 record() {  # version where patch verdict
     rows+=("$(printf '%-5s %-8s %-8s %s' "$1" "$2" "$3" "$4")")
-    [[ "$4" == passed ]] || failed=1
+    if [[ "$4" != passed ]]; then
+        failed=1
+        # A run killed before pytest's closing line (a hang past the
+        # timeout) still counts as a failure in the total.
+        [[ "$LAST_FAILED" -gt 0 ]] || totals[failed]=$((totals[failed] + 1))
+    fi
     covered[$1]=1
 }
 
