@@ -27,29 +27,32 @@ declare -a rows=()
 failed=0
 declare -A covered=()
 declare -A totals=([passed]=0 [failed]=0 [errors]=0 [skipped]=0)
-LAST_FAILED=0
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 
-# Adds the counts of pytest's closing line in $LOG to the totals.
+# Adds the counts of pytest's closing line in $LOG to the totals. $1 is the
+# run's exit code: a failed run with no failure in that line (killed by the
+# timeout before pytest's closing line, no tests collected) counts as one.
 count() {
-    local line n word
-    LAST_FAILED=0
+    local rc="$1" line n word bad=0
     line="$(grep -E '[0-9]+ (passed|failed|error)' "$LOG" | grep -E ' in [0-9.]+s' | tail -1)"
     for word in passed failed skipped errors error; do
         n="$(grep -oE "[0-9]+ $word\b" <<<"$line" | head -1 | cut -d' ' -f1)"
         [[ -n "$n" ]] || continue
         [[ "$word" == error ]] && word=errors
         totals[$word]=$((totals[$word] + n))
-        if [[ "$word" == failed || "$word" == errors ]]; then LAST_FAILED=$((LAST_FAILED + n)); fi
+        [[ "$word" == passed || "$word" == skipped ]] || bad=$((bad + n))
     done
+    if [[ "$rc" != 0 && "$bad" == 0 ]]; then
+        totals[failed]=$((totals[failed] + 1))
+    fi
 }
 
 # Runs "$@" with its output to the terminal and to $LOG.
 logged() {
     "$@" 2>&1 | tee "$LOG"
     local rc="${PIPESTATUS[0]}"
-    count
+    count "$rc"
     return "$rc"
 }
 
@@ -59,12 +62,7 @@ patch_of() {  # interpreter path -> "3.13.0"
 
 record() {  # version where patch verdict
     rows+=("$(printf '%-5s %-8s %-8s %s' "$1" "$2" "$3" "$4")")
-    if [[ "$4" != passed ]]; then
-        failed=1
-        # A run killed before pytest's closing line (a hang past the
-        # timeout) still counts as a failure in the total.
-        [[ "$LAST_FAILED" -gt 0 ]] || totals[failed]=$((totals[failed] + 1))
-    fi
+    [[ "$4" == passed ]] || failed=1
     covered[$1]=1
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import os
 import random
@@ -595,8 +596,6 @@ async def _ended(task, error) -> bool:
 
 
 def _end_kept_by_dead_interpreter():
-    import gc
-
     gc.collect()  # the cancelled op and its hub reference go with the task
     if sys.version_info >= (3, 14):
         pytest.xfail("CPython 3.14+: module state of a destroyed worker interpreter "
