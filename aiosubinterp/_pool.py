@@ -519,7 +519,15 @@ class _Engine:
                 _admin.spawn(w.interrupt, tid)
 
     async def __aenter__(self):
-        await self.start()
+        try:
+            await self.start()
+        except Exception:
+            # The caller gets no pool to close: release what did start.
+            await self.aclose()
+            raise
+        except BaseException:
+            self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -421,7 +421,15 @@ class ProcessPool:
             raise
 
     async def __aenter__(self) -> ProcessPool:
-        await self.start()
+        try:
+            await self.start()
+        except Exception:
+            # The caller gets no pool to close: release what did start.
+            await self.aclose()
+            raise
+        except BaseException:
+            self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -534,3 +534,21 @@ async def test_cancelled_blocked_recv_leaves_the_channel_unchanged(backend):
             await send.send("nobody")
         assert pool.statistics()["replaced"] == 0
     send.close()
+
+
+async def test_async_with_a_pool_that_cannot_start_releases_it(backend):
+    # __aenter__ fails: the caller never gets the pool to close, so the pool
+    # closes itself; dropping it later must not warn about an unclosed pool.
+    import gc
+    import warnings
+
+    pool = backend.pool(2, initializer=workfuncs.fail_init)
+    with pytest.raises(asi.BrokenPoolError, match="initializer says no"):
+        async with pool:
+            raise AssertionError("the body must not run")
+    assert "closed" in repr(pool)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del pool
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
