@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import os
 import random
@@ -572,37 +571,6 @@ async def test_cancelling_a_worker_blocked_in_recv_sync():
         assert pool.statistics()["replaced"] == 0
 
 
-# Known bug on CPython 3.14+: an object a worker keeps in module state (a
-# global, sys) is sometimes never deallocated when Py_EndInterpreter destroys
-# the worker's interpreter (the module is neither wiped nor destroyed; python
-# -v shows no "destroy"), so a channel end kept there stays open. Measured
-# with a module global holding an object with __del__: 3.15.2 37-56 of 60-100
-# freed, 3.14.10 78 of 100, 3.13.0 and 3.12.1 every time; the standard
-# library's _interpreters.create/exec/destroy frees it every time. Until it is
-# fixed, these tests fail strictly up to 3.13 and are expected failures on
-# 3.14+ (cleaned up, so nothing leaks into the next test).
-PEER_END_WAIT = 10 if sys.version_info >= (3, 14) else T
-
-
-async def _ended(task, error) -> bool:
-    """True if task raised error within the bound; False if it still waits."""
-    try:
-        await asyncio.wait_for(task, PEER_END_WAIT)
-    except error:
-        return True
-    except TimeoutError:
-        return False
-    raise AssertionError(f"the wait returned instead of raising {error.__name__}")
-
-
-def _end_kept_by_dead_interpreter():
-    gc.collect()  # the cancelled op and its hub reference go with the task
-    if sys.version_info >= (3, 14):
-        pytest.xfail("CPython 3.14+: module state of a destroyed worker interpreter "
-                     "was not deallocated (known bug, see the comment above)")
-    pytest.fail("the end a destroyed interpreter held stayed open")
-
-
 async def test_peer_interpreter_dies_receiver_side():
     pool = asi.InterpreterPool(1)
     send, recv = asi.open_channel(0)
@@ -611,11 +579,8 @@ async def test_peer_interpreter_dies_receiver_side():
     blocked = asyncio.create_task(send.send("lost?"))
     await until(lambda: send.statistics().tasks_waiting_send == 1)
     await pool.aclose()  # destroys the interpreter: the last copy goes, the end counts as closed
-    if await _ended(blocked, asi.BrokenChannelError):
-        return
-    send.close()
-    del blocked
-    _end_kept_by_dead_interpreter()
+    with pytest.raises(asi.BrokenChannelError):
+        await asyncio.wait_for(blocked, T)
 
 
 async def test_peer_interpreter_dies_sender_side():
@@ -627,11 +592,8 @@ async def test_peer_interpreter_dies_sender_side():
     waiting = asyncio.create_task(recv.recv())
     await until(lambda: recv.statistics().tasks_waiting_receive == 1)
     await pool.aclose()
-    if await _ended(waiting, asi.EndOfChannel):
-        return
-    recv.close()
-    del waiting
-    _end_kept_by_dead_interpreter()
+    with pytest.raises(asi.EndOfChannel):
+        await asyncio.wait_for(waiting, T)
 
 
 def test_loop_gone_while_receiving_loses_nothing():

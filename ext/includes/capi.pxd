@@ -34,6 +34,7 @@ cdef extern from "Python.h" nogil:
     PyThreadState* PyThreadState_Swap(PyThreadState* tstate)
     void PyThreadState_Clear(PyThreadState* tstate)
     void PyThreadState_DeleteCurrent()
+    void PyThreadState_Delete(PyThreadState*)
     PyInterpreterState* PyThreadState_GetInterpreter(PyThreadState* tstate)
     int PyThreadState_SetAsyncExc(unsigned long id, PyObject* exc)
     PyThreadState* PyEval_SaveThread()
