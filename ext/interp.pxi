@@ -44,9 +44,9 @@ cdef int interp_create(WorkerState* w) except -1:
 cdef void interp_end(WorkerState* w) noexcept:
     """Destroy w's interpreter. Caller holds the MAIN GIL; the worker thread is joined.
 
-    Py_EndInterpreter runs on a thread state made here, on this thread. ts0 was
-    made on the thread that created the interpreter: ending the interpreter
-    through it from another thread left, on CPython 3.14 and 3.15, an extra
+    The interpreter is ended through a thread state made here, on this
+    thread. ts0 was made on the thread that created the interpreter: ending
+    the interpreter through it from another thread left, on CPython 3.14 and 3.15, an extra
     reference to a module a task had imported in 20-45% of the closes, so
     that module and its globals were never freed (no __del__, a channel end
     kept there never closed). ts0 goes only once the new state exists: on
