@@ -69,15 +69,56 @@ extensions = [
     )
 ]
 
-setup(
-    ext_modules=cythonize(
-        extensions,
-        include_path=["ext", "ext/includes"],
-        compiler_directives={
-            "language_level": 3,
-            "subinterpreters_compatible": "own_gil",
-            "freethreading_compatible": False,
-            "embedsignature": True,
-        },
-    ),
+# Cython (3.1 to 3.3.1 at least) finds a module's per-interpreter state in a
+# process-wide table sorted by interpreter ID. For an interpreter newer than
+# every entry (each new worker, at its first import of _core) the search ends
+# one past the last entry and compares the ID stored there, which is unused
+# memory: when that garbage happens to equal the new ID (small integers are
+# common in freed memory), the import fails with "Module '_core' has already
+# been imported into this interpreter" (seen in CI once in ~5 full runs of the
+# suite on 3.15; measured: the slot held values such as 1, 544 and 1012). The
+# two lookups below get the bounds check they lack; a Cython that generates
+# different code is left alone and reported.
+_LOOKUP_FIXES = (
+    ("        if (found && found->id == interpreter_id) {",
+     "        if (found && found < data->table + data->count && found->id == interpreter_id) {"),
+    ("        if (lower_bound->id != interpreter_id) goto done;",
+     "        if (lower_bound >= data->table + data->count || lower_bound->id != interpreter_id) "
+     "goto done;"),
 )
+
+
+def _bound_module_state_lookup(c_path: str) -> None:
+    with open(c_path, encoding="utf-8") as f:
+        source = f.read()
+    changed = source
+    for before, after in _LOOKUP_FIXES:
+        if after in changed:
+            continue
+        if changed.count(before) != 1:
+            print(f"setup.py: WARNING: {c_path} does not have Cython's module state lookup as "
+                  "expected; its out-of-bounds read is not fixed (see _LOOKUP_FIXES)",
+                  file=sys.stderr)
+            return
+        changed = changed.replace(before, after)
+    if changed != source:
+        with open(c_path, "w", encoding="utf-8") as f:
+            f.write(changed)
+
+
+ext_modules = cythonize(
+    extensions,
+    include_path=["ext", "ext/includes"],
+    compiler_directives={
+        "language_level": 3,
+        "subinterpreters_compatible": "own_gil",
+        "freethreading_compatible": False,
+        "embedsignature": True,
+    },
+)
+for _ext in ext_modules:
+    for _source in _ext.sources:
+        if _source.endswith(".c"):
+            _bound_module_state_lookup(_source)
+
+setup(ext_modules=ext_modules)

@@ -44,3 +44,22 @@ def test_every_thread_state_switch_has_a_gil_comment():
             if "# GIL:" not in context:
                 missing.append(f"{path.name}:{i + 1}: {line.strip()}")
     assert not missing, "thread-state switches without a `# GIL:` comment:\n" + "\n".join(missing)
+
+
+def test_the_built_module_bounds_cythons_module_state_lookup():
+    # setup.py adds the bounds check Cython's per-interpreter module lookup
+    # lacks (a new interpreter's first import of _core read one entry past
+    # the table and failed at random with "has already been imported into
+    # this interpreter"). The C file the extension was built from has it.
+    import ast
+
+    tree = ast.parse((EXT.parent / "setup.py").read_text())
+    fixes = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", None) == "_LOOKUP_FIXES")
+    assert len(fixes) == 2
+    generated = EXT / "_core.c"
+    assert generated.exists(), "ext/_core.c is made by the build (make venv); build first"
+    text = generated.read_text()
+    for _, fixed in fixes:
+        assert fixed in text, f"ext/_core.c lacks {fixed.strip()!r}: see setup.py"
