@@ -14,16 +14,15 @@ import functools
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiosubinterp import _pool
 from aiosubinterp._errors import FallbackWarning, ModuleRefusedError
 from aiosubinterp._task import Task
 
+if TYPE_CHECKING:  # a type only: _pool imports this module
+    from aiosubinterp import _pool
+
 __all__ = ["Fallback", "make"]
-
-CHOICES = (None, "process")
-
 
 def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
          initargs: tuple, max_tasks: int | None, cancel_grace: float) -> Fallback | None:

@@ -33,8 +33,7 @@ from typing import Any
 from aiosubinterp import _circles, _render
 from aiosubinterp._circles import Circle, Params
 
-__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "render", "run_contender",
-           "run_zoo"]
+__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "render", "run_contender"]
 
 CONTENDERS = ("single", "threads", "processes", "aiosubinterp")
 
@@ -205,19 +204,6 @@ async def run_contender(name: str, circles: list[Circle], params: Params, frames
             cpu = _cpu() - cpu0
         return Outcome(name, label, wall, cpu / wall, _by_id(out))
     raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
-
-
-async def run_zoo(n: int, frames: int, workers: int, contenders: Sequence[str],
-                  seed: int = 0) -> tuple[Params, list[Outcome], list[Circle]]:
-    """Every contender on the same initial state; the reference result is computed once."""
-    params, circles = _circles.initial_state(n, seed)
-    _circles.split(circles, params, workers)  # validates the strip width up front
-    outcomes = [await run_contender(name, circles, params, frames, workers)
-                for name in contenders]
-    reference = next((o.circles for o in outcomes if o.name == "single"), None)
-    if reference is None:
-        reference = _by_id(_circles.step_frames(circles, params, frames))
-    return params, outcomes, reference
 
 
 def render(out_dir: str, params: Params, initial: list[Circle], final: list[Circle],

@@ -708,11 +708,6 @@ def share_stats():
     return out
 
 
-def release_pending():
-    """Release, under this interpreter's GIL, the buffers others gave back. Returns nothing."""
-    share_drain(current_owner())
-
-
 # -- dropping a blob that will never be decoded ----------------------------------
 
 cdef int blob_discard(const char* data, Py_ssize_t size) noexcept nogil:

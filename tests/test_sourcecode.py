@@ -1,4 +1,4 @@
-"""Source rules for ext/: explicit thread-state switches, each one explained."""
+"""Source rules: explicit thread-state switches in ext/, each one explained; no import cycle."""
 
 from __future__ import annotations
 
@@ -63,3 +63,44 @@ def test_the_built_module_bounds_cythons_module_state_lookup():
     text = generated.read_text()
     for _, fixed in fixes:
         assert fixed in text, f"ext/_core.c lacks {fixed.strip()!r}: see setup.py"
+
+
+def _package_imports(path: pathlib.Path) -> set[str]:
+    """aiosubinterp modules path imports at its top level (not in functions or `if` blocks)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiosubinterp"):
+            if node.module == "aiosubinterp":
+                found.update(f"aiosubinterp.{alias.name}" for alias in node.names)
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("aiosubinterp."))
+    return found
+
+
+def test_no_import_cycle_between_the_package_modules():
+    # Imports inside functions and `if TYPE_CHECKING:` blocks do not count:
+    # they run after both modules exist.
+    package = EXT.parent / "aiosubinterp"
+    modules = {f"aiosubinterp.{p.stem}": p for p in package.glob("*.py") if p.stem != "__init__"}
+    graph = {name: _package_imports(path) & modules.keys() for name, path in modules.items()}
+    done: set[str] = set()
+
+    def walk(name: str, stack: list[str]) -> list[str] | None:
+        if name in stack:
+            return stack[stack.index(name):] + [name]
+        if name in done:
+            return None
+        for dep in sorted(graph[name]):
+            found = walk(dep, stack + [name])
+            if found:
+                return found
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = walk(name, [])
+        assert cycle is None, "import cycle: " + " -> ".join(cycle)
