@@ -34,24 +34,24 @@ __all__ = [
     "InterpreterPoolExecutor",
     "ModuleRefusedError",
     "NotShareableError",
-    "active_count",
-    "get_current",
-    "get_main",
-    "list_all",
-    "open_channel",
     "PoolClosedError",
     "ProcessPool",
     "RecvChannel",
-    "run",
-    "select",
-    "select_sync",
     "SendChannel",
-    "share",
     "SharedBuffer",
     "SharedLock",
     "Task",
     "WorkerCrashedError",
     "WouldBlock",
+    "active_count",
+    "get_current",
+    "get_main",
+    "list_all",
+    "open_channel",
+    "run",
+    "select",
+    "select_sync",
+    "share",
 ]
 
 _LAZY = {
@@ -96,16 +96,29 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from aiosubinterp._channel import RecvChannel as RecvChannel
+    from aiosubinterp._channel import SendChannel as SendChannel
+    from aiosubinterp._channel import open_channel as open_channel
+    from aiosubinterp._core import FileDescriptor as FileDescriptor
+    from aiosubinterp._core import SharedBuffer as SharedBuffer
+    from aiosubinterp._core import SharedLock as SharedLock
+    from aiosubinterp._core import share as share
+    from aiosubinterp._dask import DaskInterpreterExecutor as DaskInterpreterExecutor
+    from aiosubinterp._dask import DaskInterpreterPlugin as DaskInterpreterPlugin
+    from aiosubinterp._dask import DaskPool as DaskPool
+    from aiosubinterp._errors import BrokenChannelError as BrokenChannelError
     from aiosubinterp._errors import BrokenPoolError as BrokenPoolError
+    from aiosubinterp._errors import ChannelClosedError as ChannelClosedError
+    from aiosubinterp._errors import EndOfChannel as EndOfChannel
     from aiosubinterp._errors import ExecutionFailed as ExecutionFailed
+    from aiosubinterp._errors import FallbackWarning as FallbackWarning
+    from aiosubinterp._errors import ForkWarning as ForkWarning
     from aiosubinterp._errors import InterpreterError as InterpreterError
     from aiosubinterp._errors import ModuleRefusedError as ModuleRefusedError
     from aiosubinterp._errors import NotShareableError as NotShareableError
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
-    from aiosubinterp._errors import FallbackWarning as FallbackWarning
-    from aiosubinterp._errors import ForkWarning as ForkWarning
     from aiosubinterp._errors import WorkerCrashedError as WorkerCrashedError
-    from aiosubinterp._process import ProcessPool as ProcessPool
+    from aiosubinterp._errors import WouldBlock as WouldBlock
     from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool
     from aiosubinterp._executor import InterpreterPoolExecutor as InterpreterPoolExecutor
     from aiosubinterp._interpreters import InterpreterInfo as InterpreterInfo
@@ -116,23 +129,10 @@ if TYPE_CHECKING:
     from aiosubinterp._pool import Interpreter as Interpreter
     from aiosubinterp._pool import InterpreterPool as InterpreterPool
     from aiosubinterp._pool import run as run
-    from aiosubinterp._task import Task as Task
-    from aiosubinterp._channel import RecvChannel as RecvChannel
-    from aiosubinterp._channel import SendChannel as SendChannel
-    from aiosubinterp._channel import open_channel as open_channel
-    from aiosubinterp._errors import BrokenChannelError as BrokenChannelError
-    from aiosubinterp._errors import ChannelClosedError as ChannelClosedError
-    from aiosubinterp._errors import EndOfChannel as EndOfChannel
-    from aiosubinterp._errors import WouldBlock as WouldBlock
+    from aiosubinterp._process import ProcessPool as ProcessPool
     from aiosubinterp._select import select as select
     from aiosubinterp._select import select_sync as select_sync
-    from aiosubinterp._core import FileDescriptor as FileDescriptor
-    from aiosubinterp._core import share as share
-    from aiosubinterp._core import SharedBuffer as SharedBuffer
-    from aiosubinterp._core import SharedLock as SharedLock
-    from aiosubinterp._dask import DaskInterpreterExecutor as DaskInterpreterExecutor
-    from aiosubinterp._dask import DaskInterpreterPlugin as DaskInterpreterPlugin
-    from aiosubinterp._dask import DaskPool as DaskPool
+    from aiosubinterp._task import Task as Task
 
 
 def __getattr__(name: str) -> object:

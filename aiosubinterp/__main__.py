@@ -178,8 +178,8 @@ async def _circles_demo(args: argparse.Namespace) -> int:
           f"  same positions: every circle equal, bit for bit, to the single-threaded run "
           f"after {args.frames} frames.")
     png, gif = _zoo.render(args.out, params, initial, final, args.workers)
-    print(f"\n  images in {os.path.abspath(args.out)}/:\n    final frame:  {os.path.abspath(png)}"
-          f"\n    first frames: {os.path.abspath(gif)}")
+    where, png, gif = (os.path.abspath(p) for p in (args.out, png, gif))  # noqa: ASYNC240 - the demo's own files, after the timed part
+    print(f"\n  images in {where}/:\n    final frame:  {png}\n    first frames: {gif}")
     return 1 if mismatched else 0
 
 

@@ -83,7 +83,7 @@ def run_bench(quick: bool, only: str | None, out: str, bench_dir: str | None) ->
         chart = f"{name.removesuffix('.py')}.png"
         _chart(os.path.join(out, chart), doc.get("targets", []))
         lines = [f"## {doc.get('title', name)}", "",
-                 f"`{' '.join(['python', 'benchmarks/' + name] + cmd[2:])}`, "
+                 f"`{' '.join(['python', 'benchmarks/' + name, *cmd[2:]])}`, "
                  f"{doc['meta'].get('date', '')}, {doc['meta'].get('python', '')}, "
                  f"load {doc['meta'].get('loadavg_start', '?')}", "",
                  "| # | target | measured | limit | verdict |", "| --- | --- | --- | --- | --- |"]

@@ -39,14 +39,14 @@ __all__ = [
     "Params",
     "advance",
     "canvas_size",
+    "channel_region",
     "collide",
     "initial_state",
+    "pipe_region",
     "queue_region",
     "run_region",
     "split",
     "step_frames",
-    "channel_region",
-    "pipe_region",
 ]
 
 R_MIN = 2.0

@@ -69,7 +69,7 @@ class _RemoteType:
 class _ExcInfo:
     """``excinfo`` of ExecutionFailed, with the fields of concurrent.interpreters' snapshot."""
 
-    __slots__ = ("type", "msg", "formatted", "errdisplay")
+    __slots__ = ("errdisplay", "formatted", "msg", "type")
 
     def __init__(self, type_: _RemoteType, msg: str, traceback_text: str) -> None:
         self.type = type_

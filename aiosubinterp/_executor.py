@@ -694,10 +694,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         if buffersize is not None and buffersize < 1:
             raise ValueError("buffersize must be None or > 0")
         if chunksize == 1:
-            return self._map(fn, zip(*iterables), timeout, buffersize)
+            return self._map(fn, zip(*iterables, strict=False), timeout, buffersize)
         _marshal.call_payload(fn, (), {}, nested=True)  # a lambda or closure: say so here
         results = self._map(functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
-                            ((chunk,) for chunk in itertools.batched(zip(*iterables), chunksize)),
+                            ((chunk,) for chunk in itertools.batched(zip(*iterables, strict=False), chunksize)),
                             timeout, buffersize)
         return _chain_from_lists(results)
 

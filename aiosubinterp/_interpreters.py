@@ -39,7 +39,7 @@ class InterpreterInfo:
     is_main: bool
     managed: bool
 
-    def __init__(self, id: int, is_main: bool, managed: bool) -> None:  # noqa: A002
+    def __init__(self, id: int, is_main: bool, managed: bool) -> None:
         object.__setattr__(self, "id", id)
         object.__setattr__(self, "is_main", is_main)
         object.__setattr__(self, "managed", managed)

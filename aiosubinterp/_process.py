@@ -29,7 +29,18 @@ from aiosubinterp._errors import (
     rebuild,
 )
 from aiosubinterp._procwire import (
-    ABORT, FAILED, JOB, READY, REPLY, REQUEST, RESULT, SETTINGS, SETUP, STOP, Reader, send_frame,
+    ABORT,
+    FAILED,
+    JOB,
+    READY,
+    REPLY,
+    REQUEST,
+    RESULT,
+    SETTINGS,
+    SETUP,
+    STOP,
+    Reader,
+    send_frame,
 )
 from aiosubinterp._procworker import CANCELLED, ERROR, OK, bootstrap_source
 from aiosubinterp._task import Task

@@ -20,7 +20,18 @@ import types
 from aiosubinterp import _marshal, _procwire
 from aiosubinterp._errors import NotShareableError
 from aiosubinterp._procwire import (
-    ABORT, FAILED, JOB, READY, REPLY, REQUEST, RESULT, SETTINGS, SETUP, STOP, Reader, send_frame,
+    ABORT,
+    FAILED,
+    JOB,
+    READY,
+    REPLY,
+    REQUEST,
+    RESULT,
+    SETTINGS,
+    SETUP,
+    STOP,
+    Reader,
+    send_frame,
 )
 
 __all__ = ["main"]

@@ -42,7 +42,10 @@ def _expire(op: Any, fut: Any, hub: Any) -> None:
     # else: committed just now; its completion is on the way and wins.
 
 
-async def select(*receivers: RecvChannel, timeout: float | None = None) -> tuple[int, Any]:
+async def select(
+    *receivers: RecvChannel,
+    timeout: float | None = None,  # noqa: ASYNC109 - the public API has its own deadline
+) -> tuple[int, Any]:
     """Receive from whichever of the receive ends has an item first.
 
     Returns ``(index, value)``: the position of the end in the arguments and

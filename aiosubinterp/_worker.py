@@ -48,7 +48,7 @@ def _import_module(name: str) -> object:
     __import__(name)
     return sys.modules[name]
 
-__all__ = ["Runner", "coroutines_supported", "coroutine_refusal", "describe_exception"]
+__all__ = ["Runner", "coroutine_refusal", "coroutines_supported", "describe_exception"]
 
 JOB_CALL = 1
 JOB_EXEC = 2

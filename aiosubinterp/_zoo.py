@@ -88,7 +88,7 @@ def _run_threads(circles: list[Circle], params: Params, frames: int,
         lo, hi, owned = regions[k]
         try:
             results[k] = _circles.queue_region(owned, lo, hi, params, frames, *links[k])
-        except BaseException as exc:  # reported below, not lost in the thread
+        except BaseException as exc:  # noqa: BLE001 - reported below, not lost in the thread
             errors.append(exc)
 
     threads = [threading.Thread(target=body, args=(k,), name=f"circles-{k}")

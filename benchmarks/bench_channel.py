@@ -189,7 +189,7 @@ def _thread(params: dict[str, Any], loop: str) -> dict[str, Any]:
             q: asyncio.Queue = asyncio.Queue()
             done = object()
 
-            def producer(count=count, make=make, q=q) -> None:
+            def producer(count=count, make=make, q=q, done=done) -> None:
                 post = ev.call_soon_threadsafe
                 put = q.put_nowait
                 for i in range(count):

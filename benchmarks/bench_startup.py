@@ -83,11 +83,11 @@ def contender(kind: str):
             # What the contender's runner imports, imported before the clock
             # starts, as for aiosubinterp.
             import concurrent.futures
-            import concurrent.futures.process  # noqa: F401
+            import concurrent.futures.process
             import multiprocessing  # noqa: F401
 
             if kind.startswith("stdlib-"):
-                import concurrent.interpreters  # noqa: F401
+                import concurrent.interpreters
 
                 _ = concurrent.futures.InterpreterPoolExecutor  # a lazy attribute on 3.14
             elif kind == "aiointerpreters":

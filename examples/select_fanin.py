@@ -26,7 +26,7 @@ async def main():
     channels = [aiosubinterp.open_channel(maxsize=4) for _ in names]
     async with aiosubinterp.InterpreterPool(len(names)) as pool:
         producers = [pool.submit(produce, send, name, 100)
-                     for (send, _), name in zip(channels, names)]
+                     for (send, _), name in zip(channels, names, strict=True)]
         live = [recv for _, recv in channels]
         counts = dict.fromkeys(names, 0)
         while live:

@@ -158,5 +158,5 @@ def clone_and_send(send, value):
 def open_local_channel():
     import aiosubinterp
 
-    send, recv = aiosubinterp.open_channel(1)
+    send, _recv = aiosubinterp.open_channel(1)
     return send

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 import workfuncs
+from aiohelpers import read_byte
 
 import aiosubinterp as asi
-from aiohelpers import read_byte
 from aiosubinterp import _worker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

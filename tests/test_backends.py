@@ -16,10 +16,10 @@ import sys
 import threading
 
 import chanfuncs
-from aiohelpers import read_byte
 import procfuncs
 import pytest
 import workfuncs
+from aiohelpers import read_byte
 from test_pool import VALUES
 
 import aiosubinterp as asi

@@ -360,7 +360,7 @@ async def test_server_hands_a_connection_to_a_worker():
 async def test_non_contiguous_view_is_refused_with_reason():
     view = memoryview(bytearray(BIG * 2))[::2]
     async with asi.InterpreterPool(1) as pool:
-        with pytest.raises(asi.NotShareableError, match="argument 0 .*contiguous"):
+        with pytest.raises(asi.NotShareableError, match=r"argument 0 .*contiguous"):
             await pool.run(workfuncs.echo, view)
 
 

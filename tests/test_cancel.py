@@ -111,7 +111,7 @@ async def test_cancel_many_queued_and_running():
         for t in tasks[::2]:
             t.cancel()
         done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
-        for t, outcome in zip(tasks, done):
+        for t, outcome in zip(tasks, done, strict=True):
             if t.cancelled():
                 assert isinstance(outcome, asyncio.CancelledError)
             else:

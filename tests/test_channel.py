@@ -165,7 +165,7 @@ def test_sync_calls_refuse_a_loop_in_another_thread():
 
 
 def test_async_calls_need_a_loop():
-    send, recv = asi.open_channel()
+    _send, recv = asi.open_channel()
     coro = recv.recv()
     with pytest.raises(RuntimeError, match="recv_sync"):
         coro.send(None)
@@ -309,7 +309,7 @@ async def test_select_fairness_no_starvation():
 
 
 def test_select_sync_in_a_thread():
-    a_send, a = asi.open_channel(0)
+    _a_send, a = asi.open_channel(0)
     b_send, b = asi.open_channel(0)
     out = []
     t = threading.Thread(target=lambda: out.append(asi.select_sync(a, b, timeout=T)))
@@ -336,7 +336,7 @@ async def test_cancelled_recv_puts_a_delivered_item_back():
 
 
 async def test_cancelled_select_puts_a_delivered_item_back():
-    a_send, a = asi.open_channel(0)
+    _a_send, a = asi.open_channel(0)
     b_send, b = asi.open_channel(0)
     sel = asyncio.create_task(asi.select(a, b))
     await until(lambda: b.statistics().tasks_waiting_receive == 1)

@@ -225,7 +225,7 @@ def test_bare_ends_are_refused_everywhere_in_a_child_process():
 
 
 def test_refused_send_nowait_drops_the_end_it_carried():
-    tx, rx = asi.open_channel()  # rendezvous: no receiver waiting
+    tx, _rx = asi.open_channel()  # rendezvous: no receiver waiting
     rtx, rrx = asi.open_channel(1)
     with pytest.raises(asi.WouldBlock):
         tx.send_nowait(rtx)
@@ -247,7 +247,7 @@ def test_send_on_a_broken_or_closed_channel_drops_the_end_it_carried():
 
 
 def test_timed_out_send_sync_drops_the_end_it_carried():
-    tx, rx = asi.open_channel()
+    tx, _rx = asi.open_channel()
     rtx, rrx = asi.open_channel(1)
     with pytest.raises(TimeoutError):
         tx.send_sync(rtx, timeout=0.01)
@@ -256,7 +256,7 @@ def test_timed_out_send_sync_drops_the_end_it_carried():
 
 
 async def test_cancelled_send_drops_the_end_it_carried():
-    tx, rx = asi.open_channel()
+    tx, _rx = asi.open_channel()
     rtx, rrx = asi.open_channel(1)
     sending = asyncio.create_task(tx.send(rtx))
     while tx.statistics().tasks_waiting_send == 0:
@@ -284,7 +284,7 @@ async def test_put_back_with_every_receiver_gone_drops_the_end_it_carried():
 
 
 def test_refused_sends_close_their_fds_and_release_their_shares():
-    tx, rx = asi.open_channel()
+    tx, _rx = asi.open_channel()
     live = _core.share_stats()[0]
     before = set(os.listdir("/proc/self/fd"))
     a, b = socket.socketpair()
@@ -309,7 +309,7 @@ def test_refused_sends_close_their_fds_and_release_their_shares():
 def test_plain_pickling_of_an_end_is_refused():
     send, recv = asi.open_channel(1)
     for end in (send, recv):
-        with pytest.raises(TypeError, match="cannot pickle .* channel end crosses only"):
+        with pytest.raises(TypeError, match=r"cannot pickle .* channel end crosses only"):
             pickle.dumps(end)
         with pytest.raises(TypeError, match="cannot pickle"):
             pickle.dumps({"inside": [end]})
@@ -359,7 +359,7 @@ def test_ends_inside_a_dropped_pickled_item_are_dropped():
 
 
 def test_a_failed_encode_keeps_no_copy_of_the_ends_before_the_failure():
-    tx, rx = asi.open_channel(4)
+    tx, _rx = asi.open_channel(4)
     rtx, rrx = asi.open_channel(1)
     with pytest.raises(asi.NotShareableError):
         tx.send_nowait([rtx, lambda: 0])

@@ -12,9 +12,9 @@ import time
 
 import pytest
 import workfuncs
+from aiohelpers import read_byte
 
 import aiosubinterp as asi
-from aiohelpers import read_byte
 from aiosubinterp import _worker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

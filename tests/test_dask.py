@@ -141,7 +141,7 @@ def test_unknown_task_kinds_get_a_clear_error():
             self.key = "c"
             self._dependencies = frozenset()
 
-    with pytest.raises(TypeError, match="cannot run a dask .*Custom task in an interpreter"):
+    with pytest.raises(TypeError, match=r"cannot run a dask .*Custom task in an interpreter"):
         _dask.task_call(spec.Task("k", daskfuncs.add, Custom(), 1), {})
 
 
@@ -246,7 +246,7 @@ def test_plugin_runs_annotated_tasks_in_the_workers_interpreters(pipe):
             assert client.compute(chain).result(timeout=TIMEOUT) == 6
             assert client.submit(lambda v: v * 3, y).result(timeout=TIMEOUT) == 48
             # The task's own exception, with the interpreter's traceback as its cause.
-            with pytest.raises(daskfuncs.Oops, match="^boom$") as info:
+            with pytest.raises(daskfuncs.Oops, match=r"^boom$") as info:
                 client.submit(daskfuncs.fail, "boom").result(timeout=TIMEOUT)
             assert isinstance(info.value.__cause__, asi.ExecutionFailed)
             assert "in fail" in info.value.__cause__.remote_traceback
@@ -433,7 +433,7 @@ async def test_swapping_interpreter_pool_for_dask_pool():
 
 async def test_pool_errors_come_back_as_interpreter_pool_raises_them():
     async with async_cluster() as client, asi.DaskPool(client) as pool:
-        with pytest.raises(daskfuncs.Oops, match="^bad$") as info:
+        with pytest.raises(daskfuncs.Oops, match=r"^bad$") as info:
             await pool.run(daskfuncs.fail, "bad")
         assert isinstance(info.value.__cause__, asi.ExecutionFailed)
         assert "in fail" in info.value.__cause__.remote_traceback
@@ -498,7 +498,7 @@ async def test_pool_aclose_waits_for_submitted_calls():
 
 
 async def test_pool_bad_clients():
-    with pytest.raises(TypeError, match="DaskPool needs a distributed.Client, got str"):
+    with pytest.raises(TypeError, match=r"DaskPool needs a distributed\.Client, got str"):
         asi.DaskPool("tcp://127.0.0.1:8786")
     with pytest.raises(TypeError, match="executor must be None or an executor name"):
         asi.DaskPool(object.__new__(Client), executor=3)
@@ -518,7 +518,7 @@ async def test_pool_with_a_client_that_has_not_connected():
         pending = Client(client.scheduler.address, asynchronous=True, timeout=TIMEOUT)
         try:
             pool = asi.DaskPool(pending)
-            with pytest.raises(RuntimeError, match="has not connected .*`await` an asynchronous"):
+            with pytest.raises(RuntimeError, match=r"has not connected .*`await` an asynchronous"):
                 pool.submit(daskfuncs.add, 1)
             await pending
             assert await pool.run(daskfuncs.add, 1) == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import concurrent.futures.thread
 import contextvars
 import functools
 import gc
@@ -770,7 +769,7 @@ def test_worker_threads_are_named():
 
 
 def test_string_initializer_is_refused_with_the_reason():
-    with pytest.raises(TypeError, match="scripts are not supported.*thread_name_prefix"):
+    with pytest.raises(TypeError, match=r"scripts are not supported.*thread_name_prefix"):
         asi.InterpreterPoolExecutor(2, "my-prefix")
 
 

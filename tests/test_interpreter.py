@@ -42,7 +42,7 @@ async def test_exec_errors():
 async def test_id_before_start_is_a_clear_error():
     interp = asi.Interpreter()
     with pytest.raises(RuntimeError, match="has not started"):
-        interp.id
+        interp.id  # noqa: B018 - the attribute access is what raises
     await interp.aclose()
 
 

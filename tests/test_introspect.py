@@ -9,9 +9,9 @@ import sys
 
 import pytest
 import workfuncs
+from aiohelpers import read_byte
 
 import aiosubinterp as asi
-from aiohelpers import read_byte
 from aiosubinterp import _core
 
 

@@ -14,17 +14,16 @@ import subprocess
 import sys
 import warnings
 
+# Loading numpy's C library starts OpenBLAS's threads in this process, even when
+# an interpreter's import of numpy is then refused: start them before any test
+# counts threads.
+import numpy  # noqa: F401
 import procfuncs
 import pytest
 import workfuncs
 from aiohelpers import read_byte
 
 import aiosubinterp as asi
-
-# Loading numpy's C library starts OpenBLAS's threads in this process, even when
-# an interpreter's import of numpy is then refused: start them before any test
-# counts threads.
-import numpy  # noqa: E402, F401, I001
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FD = asi.FileDescriptor

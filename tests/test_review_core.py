@@ -164,7 +164,7 @@ async def test_timeout_on_the_first_coroutine_of_a_fresh_pool(pipe, concurrency)
     # The review's repro: the cancel arrives while the worker imports asyncio
     # and makes its loop. It must end the task at once, not after the grace
     # period with the worker replaced.
-    r, w = pipe
+    _r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,
                                    cancel_grace=60) as pool:
         first_id = await pool.run(workfuncs.interp_id)
@@ -284,7 +284,7 @@ async def test_settings_that_would_cross_by_reference_are_refused_at_submit():
         entry = asi.SharedBuffer(1)
         sys.path.append(entry)
         try:
-            with pytest.raises(TypeError, match="keep sys.path to str entries"):
+            with pytest.raises(TypeError, match=r"keep sys\.path to str entries"):
                 pool.submit(workfuncs.square, 3)
         finally:
             sys.path.remove(entry)

@@ -91,11 +91,11 @@ def test_no_import_cycle_between_the_package_modules():
 
     def walk(name: str, stack: list[str]) -> list[str] | None:
         if name in stack:
-            return stack[stack.index(name):] + [name]
+            return [*stack[stack.index(name):], name]
         if name in done:
             return None
         for dep in sorted(graph[name]):
-            found = walk(dep, stack + [name])
+            found = walk(dep, [*stack, name])
             if found:
                 return found
         done.add(name)

@@ -129,7 +129,7 @@ def import_module(name):
 def datetime_roundtrip():
     import datetime
 
-    stamp = datetime.datetime(2026, 12, 3, 7, 30, tzinfo=datetime.timezone.utc)
+    stamp = datetime.datetime(2026, 12, 3, 7, 30, tzinfo=datetime.UTC)
     return stamp.isoformat(), datetime.datetime.__module__
 
 
@@ -374,7 +374,7 @@ def _ex_logging():
 def _ex_unicodedata():
     import unicodedata
 
-    return unicodedata.name("é"), unicodedata.normalize("NFD", "é"), unicodedata.category("𝔸")
+    return unicodedata.name("é"), unicodedata.normalize("NFD", "é"), unicodedata.category("𝔸")  # noqa: RUF001
 
 
 _DATA = bytes(range(256)) * 64
@@ -506,7 +506,7 @@ def _ex_typing():
         title: str
         year: int
 
-    return str(typing.Optional[list[int]]), sorted(typing.get_type_hints(Movie))
+    return str(typing.Optional[list[int]]), sorted  # noqa: UP045 - typing's own Optional, on purpose(typing.get_type_hints(Movie))
 
 
 def _ex_dataclasses():
@@ -575,7 +575,7 @@ def _ex_bisect():
 def _ex_functools():
     import functools
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def fib(n):
         return n if n < 2 else fib(n - 1) + fib(n - 2)
 
@@ -688,7 +688,7 @@ def _ex_decimal():
 def _ex_datetime():
     import datetime
 
-    t = datetime.datetime(2024, 2, 29, 23, 59, 30, tzinfo=datetime.timezone.utc)
+    t = datetime.datetime(2024, 2, 29, 23, 59, 30, tzinfo=datetime.UTC)
     later = t + datetime.timedelta(seconds=45)
     return later.isoformat(), t.strftime("%A %j"), (later - t).total_seconds(), datetime.date(
         2024, 3, 1).toordinal()
@@ -704,7 +704,7 @@ def _ex_zoneinfo():
         return "no tzdata"
     summer = datetime.datetime(2024, 7, 1, 12, tzinfo=tz)
     return summer.utcoffset().total_seconds(), summer.tzname(), summer.astimezone(
-        datetime.timezone.utc).isoformat()
+        datetime.UTC).isoformat()
 
 
 def _ex_statistics():
@@ -830,7 +830,7 @@ def _ex_difflib():
 def _ex_pprint():
     import pprint
 
-    return pprint.pformat({"k%d" % i: list(range(i)) for i in range(8)}, width=40)
+    return pprint.pformat({f"k{i}": list(range(i)) for i in range(8)}, width=40)
 
 
 def _ex_copy():

@@ -94,7 +94,7 @@ def raise_kind(kind):
     if kind == "UnicodeDecodeError":
         return b"\xff".decode("utf-8")
     if kind == "AssertionError":
-        assert False, "asserted"  # noqa: B011, PT015
+        assert False, "asserted"  # noqa: B011
     if kind == "unpicklable":
         raise UnpicklableError()
     if kind == "bad_str":

@@ -43,7 +43,7 @@ def threads_back_to(start: int, timeout: float = 10.0) -> bool:
 
 def report(name: str, **figures) -> None:
     """Print figures (see them with -s) and append them to $AIOSUBINTERP_FIGURES if set."""
-    line = {"test": name, "python": "%d.%d.%d" % sys.version_info[:3], **figures}
+    line = {"test": name, "python": ".".join(map(str, sys.version_info[:3])), **figures}
     print("FIGURES", json.dumps(line))
     path = os.environ.get("AIOSUBINTERP_FIGURES")
     if path:

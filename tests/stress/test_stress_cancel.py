@@ -36,7 +36,7 @@ async def test_task_cancellation_storm():
         pending = {t for t in tasks if not t.done()}
         async with asyncio.timeout(120):
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                _done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for t in rng.sample(sorted(pending, key=id), min(len(pending), rng.randint(0, 3))):
                     t.cancel()
         cancelled = 0

@@ -55,7 +55,7 @@ async def test_unshareable_arguments_fail_at_the_call_site():
                 with pytest.raises(asi.NotShareableError):
                     send.send_nowait(value)
                 assert pool.statistics()["queued"] == 0, label
-            for label, value in payloads[:2]:  # callables that cannot cross
+            for _label, value in payloads[:2]:  # callables that cannot cross
                 with pytest.raises(asi.NotShareableError):
                     pool.submit(value)
             # Huge nesting: either it crosses intact or a clear error, never a crash.
@@ -225,7 +225,7 @@ def test_channel_and_select_arguments_of_the_wrong_type_or_value():
     for end in (asi.SendChannel.__new__(asi.SendChannel), asi.RecvChannel.__new__(asi.RecvChannel)):
         # made by hand all the same: unusable, not a crash
         for use in (end.close, end.clone, end.statistics, getattr(end, "recv_nowait", end.close)):
-            with pytest.raises(TypeError, match="not made by aiosubinterp.open_channel"):
+            with pytest.raises(TypeError, match=r"not made by aiosubinterp\.open_channel"):
                 use()
     send, recv = asi.open_channel(1)
     for timeout in (-1, "1", float("nan")):

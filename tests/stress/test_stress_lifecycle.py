@@ -138,7 +138,7 @@ def test_sigint_while_every_worker_is_busy(tmp_path):
     try:
         assert proc.stdout.readline() == "busy\n"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -363,7 +363,7 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     # Measured with uvloop 0.2x: every spawned child dies before exec, in
     # CPython's after-fork code: abort (-6) on 3.12.1 and 3.13.x, segfault
     # (-11) on 3.14.10 and 3.15.2. Documented in the README's Limits.
-    codes = eval(lines[0].split(" ", 1)[1])  # noqa: S307 - our own output
+    codes = eval(lines[0].split(" ", 1)[1])
     child_deaths = {-signal.SIGABRT} if sys.version_info < (3, 14) else {-signal.SIGSEGV}
     assert set(codes) <= {0, "hung"} | child_deaths, codes
 
