@@ -37,7 +37,8 @@ async def _demo(workers: int, tasks: int, span: int) -> int:
         parts = []
         for k in range(0, len(chunks), workers):  # at most `workers` threads at once
             batch = chunks[k:k + workers]
-            parts += await asyncio.gather(*(asyncio.to_thread(count_primes, a, b) for a, b in batch))
+            parts += await asyncio.gather(
+                *(asyncio.to_thread(count_primes, a, b) for a, b in batch))
         return sum(parts)
 
     async with asi.InterpreterPool(workers) as pool:
@@ -149,7 +150,8 @@ async def _circles_demo(args: argparse.Namespace) -> int:
     mismatched: set[str] = set()
     final = reference
     for r in range(args.rounds):
-        order = args.contenders[r % len(args.contenders):] + args.contenders[:r % len(args.contenders)]
+        k = r % len(args.contenders)  # rotate the order from round to round
+        order = args.contenders[k:] + args.contenders[:k]
         for name in order:
             print(f"  round {r + 1}: {name} ...", end="", flush=True)
             busy0 = _zoo.machine_busy()
@@ -190,7 +192,8 @@ def _contenders(value: str) -> list[str]:
     bad = [n for n in names if n not in CONTENDERS]
     if bad or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown contender(s) {', '.join(bad) or '(none)'}; choose from {', '.join(CONTENDERS)}")
+            f"unknown contender(s) {', '.join(bad) or '(none)'}; choose from "
+            f"{', '.join(CONTENDERS)}")
     return names
 
 

@@ -14,7 +14,9 @@ from typing import Any
 __all__ = ["relay", "spawn"]
 
 
-def spawn(fn: Callable[..., Any], *args: Any, name: str = "aiosubinterp-admin") -> concurrent.futures.Future:
+def spawn(
+    fn: Callable[..., Any], *args: Any, name: str = "aiosubinterp-admin"
+) -> concurrent.futures.Future:
     """Run fn(*args) on a new daemon thread; return a concurrent Future of its outcome."""
     fut: concurrent.futures.Future = concurrent.futures.Future()
 

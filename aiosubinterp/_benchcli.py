@@ -1,4 +1,4 @@
-"""``python -m aiosubinterp bench``: run benchmarks/bench_*.py, write a Markdown report and charts."""
+"""``python -m aiosubinterp bench``: run benchmarks/bench_*.py, write a Markdown report, charts."""
 
 from __future__ import annotations
 
@@ -38,7 +38,10 @@ def _chart(path: str, targets: list[dict[str, Any]]) -> None:
         if not isinstance(measured, (int, float)) or not limit or measured != measured:
             continue
         # "Good" is always to the right: for <= targets, the ratio is inverted.
-        ratio = measured / limit if t["op"] == ">=" else (limit / measured if measured else scale_max)
+        if t["op"] == ">=":
+            ratio = measured / limit
+        else:
+            ratio = limit / measured if measured else scale_max
         colour = 2 if t.get("verdict") == "PASS" else 3
         y0 = 4 + k * row + 4
         length = int(min(ratio, scale_max) / scale_max * (w - 20))

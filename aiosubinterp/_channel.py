@@ -75,7 +75,8 @@ def _deadline(timeout: float | None) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0 or (
         timeout != timeout
     ):
-        raise ValueError(f"timeout must be None or a non-negative number of seconds, got {timeout!r}")
+        raise ValueError("timeout must be None or a non-negative number of seconds, got "
+                         f"{timeout!r}")
     return _core.monotonic() + timeout
 
 
@@ -243,7 +244,7 @@ class SendChannel(_End):
     __slots__ = ()
 
     async def send(self, value: object) -> None:
-        """Send value, waiting while the channel is full (or, unbuffered, until a receiver takes it).
+        """Send value, waiting while the channel is full (unbuffered: until a receiver takes it).
 
         Raises:
             ChannelClosedError: this end is closed.

@@ -256,7 +256,7 @@ def _exchange_with(send_left: Any, recv_left: Any, send_right: Any, recv_right: 
 def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
                    send_left: Any, recv_left: Any, send_right: Any,
                    recv_right: Any) -> tuple[Circle, ...]:
-    """A region in an aiosubinterp worker: neighbours over channels (``send_sync``/``recv_sync``)."""
+    """A region in an aiosubinterp worker; its neighbours over channels (send_sync, recv_sync)."""
     try:
         exchange = _exchange_with(send_left, recv_left, send_right, recv_right,
                                   "send_sync", "recv_sync")

@@ -199,7 +199,8 @@ def rebuild(info: tuple) -> BaseException:
     was impossible.
     """
     type_name, message, tb_text, exc = info
-    wrapper = ExecutionFailed(f"{type_name}: {message}" if message else type_name, type_name, tb_text)
+    summary = f"{type_name}: {message}" if message else type_name
+    wrapper = ExecutionFailed(summary, type_name, tb_text)
     if exc is None or not isinstance(exc, BaseException):
         return wrapper
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration,

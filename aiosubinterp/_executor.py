@@ -696,9 +696,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         if chunksize == 1:
             return self._map(fn, zip(*iterables, strict=False), timeout, buffersize)
         _marshal.call_payload(fn, (), {}, nested=True)  # a lambda or closure: say so here
+        chunks = itertools.batched(zip(*iterables, strict=False), chunksize)
         results = self._map(functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
-                            ((chunk,) for chunk in itertools.batched(zip(*iterables, strict=False), chunksize)),
-                            timeout, buffersize)
+                            ((chunk,) for chunk in chunks), timeout, buffersize)
         return _chain_from_lists(results)
 
     def _map(self, fn: Callable[..., Any], calls: Iterator[tuple[Any, ...]],

@@ -318,7 +318,7 @@ def by_code(fn: object) -> _CodeFunction | None:
 def function_from_code(module: str, package: str | None, qualname: str, code: bytes,
                        defaults: tuple | None, kwdefaults: dict | None,
                        needs_module: bool) -> "types.FunctionType":
-    """Rebuild a function sent by ``by_code``, with the globals of its module here if it needs them."""
+    """Rebuild a function sent by ``by_code``, with its module's globals here if it needs them."""
     import builtins
     import marshal
 

@@ -184,7 +184,8 @@ def _check_names(preload: object) -> tuple[str, ...]:
     try:
         names = tuple(preload)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError(f"preload must be an iterable of module names, got {type(preload).__name__}") from None
+        raise TypeError("preload must be an iterable of module names, got "
+                        f"{type(preload).__name__}") from None
     for name in names:
         if not isinstance(name, str) or not name:
             raise TypeError(f"preload must contain module names (str), got {name!r}")
@@ -264,7 +265,8 @@ class _Engine:
             raise ValueError(f"size must be a positive int (number of interpreters), got {size!r}")
         names = _check_names(preload)
         if initializer is not None and not callable(initializer):
-            raise TypeError(f"initializer must be callable or None, got {type(initializer).__name__}")
+            raise TypeError("initializer must be callable or None, got "
+                            f"{type(initializer).__name__}")
         if not isinstance(initargs, tuple):
             raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
         if max_tasks_per_interpreter is not None and (
@@ -278,7 +280,8 @@ class _Engine:
             )
         if (isinstance(cancel_grace, bool) or not isinstance(cancel_grace, (int, float))
                 or not cancel_grace >= 0):  # NaN too: it would make a cancel wait forever
-            raise ValueError(f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
+            raise ValueError("cancel_grace must be a non-negative number of seconds, got "
+                             f"{cancel_grace!r}")
         if (isinstance(concurrency_per_interpreter, bool)
                 or not isinstance(concurrency_per_interpreter, int)
                 or not 1 <= concurrency_per_interpreter <= _MAX_CONCURRENCY):
@@ -292,7 +295,8 @@ class _Engine:
                                       or not 0 <= idle_spin <= 1):
             raise ValueError(
                 "idle_spin must be None (the default, 100 microseconds) or a number of seconds "
-                f"from 0 to 1 an idle interpreter polls for work before it sleeps, got {idle_spin!r}"
+                "from 0 to 1 an idle interpreter polls for work before it sleeps, got "
+                f"{idle_spin!r}"
             )
         if concurrency_per_interpreter > 1 and not coroutines_supported():
             raise RuntimeError(coroutine_refusal("coroutines (concurrency_per_interpreter > 1)"))
@@ -581,13 +585,15 @@ class _Engine:
                 raise
             # Otherwise encoding failed (a __reduce__ that raises RuntimeError).
             if fn is None:
-                raise NotShareableError(f"cannot send the source text to an interpreter: {exc}") from exc
+                raise NotShareableError("cannot send the source text to an interpreter: "
+                                        f"{exc}") from exc
             raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
         except (NotShareableError, MemoryError):
             raise
         except Exception as exc:
             if fn is None:
-                raise NotShareableError(f"cannot send the source text to an interpreter: {exc}") from exc
+                raise NotShareableError("cannot send the source text to an interpreter: "
+                                        f"{exc}") from exc
             raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
         task = Task(loop, self, tid, name, hub)
         hub.pending[tid] = task
@@ -785,7 +791,8 @@ class _Engine:
         return self._state in ("closing", "closed")
 
     def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed, replaced.
+        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed,
+        replaced.
 
         ``busy`` counts interpreters running at least one call, ``running``
         the calls running (several per interpreter with

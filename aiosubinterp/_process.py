@@ -915,7 +915,8 @@ class ProcessPool:
             return [p.pid for p in self._procs.values()]
 
     def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed, replaced.
+        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed,
+        replaced.
 
         As InterpreterPool.statistics(); ``replaced`` counts workers that
         died or were killed after ignoring a cancellation.

@@ -1,4 +1,4 @@
-"""InterpreterPool(fallback="process"): run a module's functions on processes once it refuses interpreters.
+"""InterpreterPool(fallback="process"): a module that refuses interpreters runs on processes.
 
 A task whose function needs an extension module that refuses subinterpreters
 (numpy, for one) fails in its interpreter with ModuleRefusedError. With the

@@ -178,7 +178,8 @@ class Encoder(pickle.Pickler):
         if tp is _core.FileDescriptor:
             self.fds.append(os.dup(obj.fd))  # type: ignore[attr-defined]
             return take_fd, (len(self.fds) - 1, None)
-        if isinstance(obj, socket.socket) or (tp.__name__ in _SOCKET_TYPES and hasattr(obj, "fileno")):
+        if isinstance(obj, socket.socket) or (tp.__name__ in _SOCKET_TYPES
+                                              and hasattr(obj, "fileno")):
             sock: socket.socket = obj  # type: ignore[assignment]
             self.fds.append(os.dup(sock.fileno()))
             return take_fd, (len(self.fds) - 1, (int(sock.family), int(sock.type), sock.proto))

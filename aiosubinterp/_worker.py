@@ -186,7 +186,7 @@ class Runner:
         sys.path[:] = path
 
     def main_module(self):
-        """The user's script, imported under another name (multiprocessing's spawn does the same)."""
+        """The user's script, imported under another name (as multiprocessing's spawn does)."""
         if self._main_module is not None:
             return self._main_module
         if self._main_ref is None:
@@ -366,7 +366,8 @@ class Runner:
             task = self._current = loop.create_task(coro)
             loop.run_until_complete(task)
         except asyncio.CancelledError:
-            if task is not None and task.cancelled() and _core._worker_cancel_requested(self._handle):
+            if (task is not None and task.cancelled()
+                    and _core._worker_cancel_requested(self._handle)):
                 # The engine reports a cancelled job when KeyboardInterrupt ends it.
                 raise KeyboardInterrupt from None
             raise

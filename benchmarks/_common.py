@@ -491,7 +491,8 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
         runner = Runner(kind, call, call if ungated else gated,
                         f"anyio {anyio_version()} to_interpreter.run_sync, "
                         f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
-                        + ("" if ungated else f", concurrent calls gated by a Semaphore({workers})"))
+                        + ("" if ungated else ", concurrent calls gated by a "
+                                              f"Semaphore({workers})"))
         if warm:
             await _warm(runner, workers)
         yield runner
@@ -724,7 +725,8 @@ def _parse_args(doc: str, names: list[str]) -> argparse.Namespace:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in names]
         if unknown:
-            parser.error(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+            parser.error(f"unknown contender(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(names)}")
         args.only = wanted
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")

@@ -75,7 +75,8 @@ def contender(kind: str):
             async with aiomultiprocess.Pool(processes=_common.WORKERS, childconcurrency=conc,
                                             loop_initializer=init) as pool:
                 out = await timed(lambda fn, *args: pool.apply(fn, args))
-            out["info"] = f"aiomultiprocess.Pool({_common.WORKERS}, childconcurrency={conc}) (spawn)"
+            out["info"] = (f"aiomultiprocess.Pool({_common.WORKERS}, childconcurrency={conc}) "
+                           "(spawn)")
             return out
 
         return _common.run_async(body, loop)
@@ -103,14 +104,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             row[4] = _common.fmt_ratio(ours / med[row[0]])
     headers = ["contender", "median tasks/s", "min", "max", "c=N vs it", *_common.LOAD_HEADERS]
     targets = [
-        _common.Target("(info) c=N tasks/s / aiomultiprocess c=N", _common.ratio(ours, med.get(AMP)),
+        _common.Target("(info) c=N tasks/s / aiomultiprocess c=N",
+                       _common.ratio(ours, med.get(AMP)),
                        ">=", 1.0, note="the same childconcurrency, 2 workers each"),
         _common.Target("(info) c=N tasks/s / c=1", _common.ratio(ours, med.get(C1)), ">=", 1.0,
                        note="what concurrency_per_interpreter buys"),
     ]
     notes = [
-        f"Per round: {params['tasks']} tasks of io_then_spin({params['delay']}, {params['spin']:,}) "
-        f"submitted at once, N = {params['conc']}; rates are medians over {params['rounds']} rounds.",
+        f"Per round: {params['tasks']} tasks of io_then_spin({params['delay']}, "
+        f"{params['spin']:,}) "
+        f"submitted at once, N = {params['conc']}; rates are medians over {params['rounds']} "
+        "rounds.",
         _common.LOAD_NOTE,
         *infos,
     ]

@@ -131,7 +131,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     for name, rounds in results.items():
         good, error = _common.ok_rounds(rounds)
         if not good:
-            rows.append([name, _common.error_cell(error or "no result")] + [""] * (len(CASES) * 2 - 1))
+            cell = _common.error_cell(error or "no result")
+            rows.append([name, cell] + [""] * (len(CASES) * 2 - 1))
             continue
         row = [name]
         for mib, op in CASES:

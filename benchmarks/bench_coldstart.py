@@ -65,7 +65,8 @@ STDLIB_PARTS = ["create", "first call", "back on loop"]
 _ANCHORS = (
     ("def _boot():\n    import sys\n", "    _stamp('boot')\n"),
     ("        from aiosubinterp import _core\n",
-     "        _stamp('core')\n        from aiosubinterp import _worker\n        _stamp('worker')\n"),
+     "        _stamp('core')\n        from aiosubinterp import _worker\n        "
+     "_stamp('worker')\n"),
 )
 
 

@@ -191,7 +191,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 if __name__ == "__main__":
     contenders = {"serial": run_serial, PLAIN: run_plain}
-    contenders.update({k: pool_contender(k) for k in ("aiosubinterp", "procpool-fork", "to_thread")})
+    contenders.update(
+        {k: pool_contender(k) for k in ("aiosubinterp", "procpool-fork", "to_thread")})
     sys.exit(_common.main(
         doc=__doc__,
         title="bench_cpu_scaling: 8 CPU-bound pure-Python tasks on 2 workers",

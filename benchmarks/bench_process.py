@@ -95,7 +95,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        _common.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
                        "<=", 1.5, note=f"{best or 'process pool'} (the fastest start method)"),
         _common.Target("(info) ProcessPool throughput / ProcessPoolExecutor's",
-                       _common.ratio(ours.get("per_s"), stats[best_tp]["per_s"] if best_tp else None),
+                       _common.ratio(ours.get("per_s"),
+                                     stats[best_tp]["per_s"] if best_tp else None),
                        ">=", 1.0, note=f"{best_tp or 'process pool'}; not an issue target"),
     ]
     notes = [

@@ -80,8 +80,8 @@ async def serve(setup, ready, stop, heavy_n):
                 else:
                     body = b"not found\n"
                 status = b"404 Not Found" if body == b"not found\n" else b"200 OK"
-                writer.write(b"HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
-                             % (status, len(body), body))
+                head = b"HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
+                writer.write(head % (status, len(body)) + body)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -233,7 +233,8 @@ def main(argv=None):
         cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system)
         results[setup]["server_cpu_per_wall"] = cpu / (time.perf_counter() - t0)
     print(f"\nHTTP on 127.0.0.1 ({loop_name}), {os.cpu_count()} CPUs: 2 connections on /light "
-          f"(each paced at {args.light_rate:g}/s), 4 on /heavy (count_primes({args.heavy_n})), {args.duration:g} s per set-up\n")
+          f"(each paced at {args.light_rate:g}/s), 4 on /heavy (count_primes({args.heavy_n})), "
+          f"{args.duration:g} s per set-up\n")
     print(f"  {'heavy work':<14} {'heavy req/s':>12} {'light req/s':>12} {'light p50 ms':>13} "
           f"{'light p99 ms':>13} {'server CPU/wall':>16}")
     for setup, r in results.items():

@@ -16,7 +16,7 @@ def whoami():
 
 
 def read_close(fd, n=1):
-    """Block until the test writes to the pipe; the fd was handed over (FileDescriptor): close it."""
+    """Block until the test writes to the pipe; the fd was handed over (FileDescriptor)."""
     try:
         return os.read(fd, n)
     finally:

@@ -20,7 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
 
 needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="CPython 3.12 aborts at exit after a loop ran in a subinterpreter")
+                               reason="CPython 3.12 aborts at exit after a loop ran in a "
+                                      "subinterpreter")
 
 
 @needs_313

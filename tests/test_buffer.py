@@ -71,7 +71,8 @@ async def test_large_buffers_cross_zero_copy_read_only(make):
     address = _core.buffer_address(data)
     async with asi.InterpreterPool(1) as pool:
         kind, readonly, seen, size = await pool.run(buffuncs.describe, data)
-        assert (kind, readonly, seen, size) == ("memoryview", True, address, memoryview(data).nbytes)
+        expected = ("memoryview", True, address, memoryview(data).nbytes)
+        assert (kind, readonly, seen, size) == expected
         back = await pool.run(workfuncs.echo, data)
         assert type(back) is memoryview and back.readonly
         assert _core.buffer_address(back) == address  # the echo is the same memory too
@@ -191,7 +192,8 @@ async def test_shared_buffer_and_lock_across_interpreters():
     async with asi.InterpreterPool(2) as pool:
         echoed = await pool.run(workfuncs.echo, buf)
         assert type(echoed) is asi.SharedBuffer and echoed.address == buf.address
-        await asyncio.gather(*(pool.run(buffuncs.add_under_lock, buf, lock, 2000) for _ in range(4)))
+        await asyncio.gather(
+            *(pool.run(buffuncs.add_under_lock, buf, lock, 2000) for _ in range(4)))
         assert int.from_bytes(buf[0:8], "little") == 8000
         assert await pool.run(buffuncs.write, buf, 20, 99) == 99
         assert buf[20] == 99
@@ -329,7 +331,8 @@ async def test_refusal_names_the_nested_part():
     with a:
         async with asi.InterpreterPool(1) as pool:
             with pytest.raises(asi.NotShareableError,
-                               match=r"argument 0 of echo\(\) \(dict\), at \['k'\]\[1\] \(socket\)"):
+                               match=r"argument 0 of echo\(\) \(dict\), at \['k'\]\[1\] "
+                                     r"\(socket\)"):
                 await pool.run(workfuncs.echo, {"k": [1, b]})
 
 

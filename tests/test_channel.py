@@ -523,7 +523,8 @@ async def test_select_sync_in_an_interpreter():
         a_send.close()
         b_send.close()
         got = await asyncio.wait_for(task, T)
-    assert sorted(v for _, v in got) == sorted([("a", i) for i in range(3)] + [("b", i) for i in range(3)])
+    expected = [("a", i) for i in range(3)] + [("b", i) for i in range(3)]
+    assert sorted(v for _, v in got) == sorted(expected)
     assert all((idx == 0) == (v[0] == "a") for idx, v in got)
 
 

@@ -21,7 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
 
 needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="CPython 3.12 aborts at exit after a loop ran in a subinterpreter")
+                               reason="CPython 3.12 aborts at exit after a loop ran in a "
+                                      "subinterpreter")
 
 
 @needs_313
@@ -29,7 +30,8 @@ async def test_coroutines_run_together_in_one_interpreter():
     async with asi.InterpreterPool(1, concurrency_per_interpreter=5) as pool:
         # Each waits until all five are inside at once: only concurrency lets them finish.
         ids = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_rendezvous, "five", 5) for _ in range(5))), 30)
+            asyncio.gather(*(pool.run(workfuncs.async_rendezvous, "five", 5) for _ in range(5))),
+            30)
         assert len(set(ids)) == 1
 
 
@@ -174,7 +176,8 @@ async def test_max_tasks_retires_interpreters_serving_sessions():
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4,
                                    max_tasks_per_interpreter=5) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_sleep_add, i, 0, 0.01) for i in range(23))), 60)
+            asyncio.gather(*(pool.run(workfuncs.async_sleep_add, i, 0, 0.01) for i in range(23))),
+            60)
         assert results == list(range(23))
         ids = {await pool.run(workfuncs.interp_id) for _ in range(2)}
         assert len(ids) >= 1

@@ -194,7 +194,8 @@ async def test_preload_and_initializer():
     async with asi.InterpreterPool(2, preload=("json", "fractions"),
                                    initializer=workfuncs.set_state,
                                    initargs=("greeting", "hi")) as pool:
-        results = await asyncio.gather(*(pool.run(workfuncs.get_state, "greeting") for _ in range(8)))
+        results = await asyncio.gather(
+            *(pool.run(workfuncs.get_state, "greeting") for _ in range(8)))
         assert results == ["hi"] * 8
         assert await pool.run(workfuncs.imported, "fractions") is True
 
@@ -262,7 +263,8 @@ async def test_map_accepts_async_iterables_and_stops_on_error():
             yield i
 
     async with asi.InterpreterPool(2) as pool:
-        assert [r async for r in pool.map(workfuncs.square, numbers())] == [i * i for i in range(10)]
+        got = [r async for r in pool.map(workfuncs.square, numbers())]
+        assert got == [i * i for i in range(10)]
         got = []
         with pytest.raises(workfuncs.CustomError):
             async for r in pool.map(workfuncs.raise_custom, ["a", "b"]):
@@ -338,14 +340,16 @@ def test_pool_shared_by_two_loops_in_two_threads():
 
     def thread_main(label, offset):
         async def go():
-            return await asyncio.gather(*(pool.run(workfuncs.square, offset + i) for i in range(200)))
+            return await asyncio.gather(
+                *(pool.run(workfuncs.square, offset + i) for i in range(200)))
 
         try:
             results[label] = asyncio.run(go())
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=thread_main, args=(n, k)) for n, k in (("a", 0), ("b", 1000))]
+    threads = [threading.Thread(target=thread_main, args=(n, k))
+               for n, k in (("a", 0), ("b", 1000))]
     for t in threads:
         t.start()
     for t in threads:

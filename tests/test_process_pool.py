@@ -1,4 +1,4 @@
-"""ProcessPool's own behaviour (crashes, signals, what crosses) and InterpreterPool(fallback="process").
+"""ProcessPool (crashes, signals, what crosses) and InterpreterPool(fallback="process").
 
 What both backends share is tested in test_backends.py.
 """

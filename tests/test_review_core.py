@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 
 needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="coroutines in workers need CPython 3.13+ (3.12 aborts at exit)")
+                               reason="coroutines in workers need CPython 3.13+ (3.12 aborts at "
+                                      "exit)")
 
 
 def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
@@ -132,7 +133,8 @@ async def test_worker_interrupt_is_bounded_and_delivered_later(pipe):
 
 @needs_313
 @pytest.mark.parametrize("concurrency", [1, 2])
-async def test_interrupt_claimed_while_the_worker_loop_sleeps_cancels_the_coroutine(pipe, concurrency):
+async def test_interrupt_claimed_while_the_worker_loop_sleeps_cancels_the_coroutine(
+        pipe, concurrency):
     r, w = pipe
     flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,

@@ -44,4 +44,5 @@ def test_stub_classes_match():
     _, members = _stub_names()
     for cls, stub_members in members.items():
         real = {n for n in vars(getattr(_core, cls)) if not n.startswith("__")}
-        assert stub_members == real, f"{cls}: missing in stub {real - stub_members}, extra {stub_members - real}"
+        assert stub_members == real, (
+            f"{cls}: missing in stub {real - stub_members}, extra {stub_members - real}")

@@ -76,7 +76,7 @@ async def test_channel_cancellation_storm_with_interpreter_producers():
         send.close()
         consumers: set[asyncio.Task] = set()
         ended = asyncio.Event()
-        victims_left = 1  # a producer cancelled mid-transfer (blocked in send_sync, or between sends)
+        victims_left = 1  # a producer cancelled mid-transfer (in send_sync, or between sends)
 
         async def consumer():
             try:
@@ -98,7 +98,8 @@ async def test_channel_cancellation_storm_with_interpreter_producers():
                     t.add_done_callback(consumers.discard)
                 for _ in range(rng.randint(0, 3)):
                     await asyncio.sleep(0)
-                for t in rng.sample(sorted(consumers, key=id), min(len(consumers), rng.randint(0, 2))):
+                picked = min(len(consumers), rng.randint(0, 2))
+                for t in rng.sample(sorted(consumers, key=id), picked):
                     t.cancel()
                 live = [p for k, p in enumerate(producers) if not p.done() and got[k]]
                 if victims_left and live and rng.random() < 0.002:

@@ -221,7 +221,8 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
                     for w in forks:
                         print("message", str(w.message), flush=True)
                         print("at", os.path.basename(w.filename), flush=True)
-                assert await asyncio.gather(*(pool.run(stressfuncs.inc, i) for i in range(100))) == \\
+                assert await asyncio.gather(
+                    *(pool.run(stressfuncs.inc, i) for i in range(100))) == \\
                     list(range(1, 101))
                 print("parent ok", flush=True)
 
@@ -301,7 +302,8 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
                     print("child hung", flush=True)
                 else:
                     print("child exit", p.exitcode, flush=True)
-                assert await asyncio.gather(*(pool.run(stressfuncs.inc, i) for i in range(50))) == \\
+                assert await asyncio.gather(
+                    *(pool.run(stressfuncs.inc, i) for i in range(50))) == \\
                     list(range(1, 51))
                 # The safe way next to live interpreters: the spawn start method.
                 p = multiprocessing.get_context("spawn").Process(target=stressfuncs.inc, args=(1,))
@@ -317,7 +319,8 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
     lines = proc.stdout.splitlines()
     # 3.13.x: the child aborts (-6); 3.14+: it segfaults (-11); 3.12.1: it
     # segfaults or hangs.
-    assert lines[0] in ("child exit 0", "child exit -6", "child exit -11", "child hung"), proc.stdout
+    outcomes = ("child exit 0", "child exit -6", "child exit -11", "child hung")
+    assert lines[0] in outcomes, proc.stdout
     assert lines[1:] == ["spawn exit 0", "ok"], proc.stdout
     # The fork start method got the warning first (printed once, by the
     # default filters); spawn does not fork.
@@ -387,5 +390,6 @@ def test_exit_while_interpreters_retire_after_every_task(tmp_path):
     """
     for run in range(12):
         proc = run_script(tmp_path, source, timeout=60)
-        assert proc.returncode == 0, f"run {run}: exit code {proc.returncode}\n{proc.stderr[-2000:]}"
+        assert proc.returncode == 0, (
+            f"run {run}: exit code {proc.returncode}\n{proc.stderr[-2000:]}")
         assert proc.stdout.strip() == "ok"
