@@ -6,6 +6,7 @@ its caller for about 15 ms, destroying one waits for its running task.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable
@@ -16,9 +17,9 @@ __all__ = ["relay", "spawn"]
 
 def spawn(
     fn: Callable[..., Any], *args: Any, name: str = "aiosubinterp-admin"
-) -> concurrent.futures.Future:
+) -> concurrent.futures.Future[Any]:
     """Run fn(*args) on a new daemon thread; return a concurrent Future of its outcome."""
-    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def body() -> None:
         if not fut.set_running_or_notify_cancel():
@@ -34,7 +35,7 @@ def spawn(
     return fut
 
 
-def relay(cfut: concurrent.futures.Future, loop) -> Any:
+def relay(cfut: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> Any:
     """An asyncio future on loop that follows cfut; silent if the loop closed meanwhile."""
     afut = loop.create_future()
 
@@ -47,7 +48,7 @@ def relay(cfut: concurrent.futures.Future, loop) -> Any:
         else:
             afut.set_result(cfut.result())
 
-    def on_done(_: concurrent.futures.Future) -> None:
+    def on_done(_: concurrent.futures.Future[Any]) -> None:
         try:
             loop.call_soon_threadsafe(copy)
         except RuntimeError:  # the loop is closed: nobody is waiting any more

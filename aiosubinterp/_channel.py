@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Any
+from typing import Any, Self
 
 from aiosubinterp import _core
 from aiosubinterp._errors import (
@@ -189,7 +189,7 @@ class _End(_core.ChannelEnd):
         """
         self._close()
 
-    def clone(self):
+    def clone(self) -> Self:
         """A new, independently closable end of the same kind on the same channel.
 
         The channel ends (or breaks) only when every clone is closed: give one
@@ -200,6 +200,7 @@ class _End(_core.ChannelEnd):
         end = self._clone()
         if end is None:
             raise ChannelClosedError(f"{self!r} is closed: clone it before closing it")
+        assert isinstance(end, type(self))
         return end
 
     def statistics(self) -> ChannelStatistics:
@@ -208,13 +209,13 @@ class _End(_core.ChannelEnd):
         return ChannelStatistics(used, math.inf if maxsize < 0 else maxsize, senders,
                                  receivers, wsend, wrecv)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._close()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -385,7 +386,7 @@ class RecvChannel(_End):
             raise TimeoutError(f"{self!r}: recv_sync() timed out after {timeout} s")
         raise recv_error(self, status)
 
-    def __aiter__(self):
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Any:
@@ -394,7 +395,7 @@ class RecvChannel(_End):
         except EndOfChannel:
             raise StopAsyncIteration from None
 
-    def __iter__(self):
+    def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> Any:
@@ -420,4 +421,6 @@ def open_channel(maxsize: float = 0) -> tuple[SendChannel, RecvChannel]:
         (isinstance(maxsize, int) and maxsize >= 0) or maxsize == math.inf
     ):
         raise ValueError(f"maxsize must be an int >= 0 or math.inf, got {maxsize!r}")
-    return _core.open_channel_ends(-1 if maxsize == math.inf else maxsize)
+    send, recv = _core.open_channel_ends(-1 if maxsize == math.inf else maxsize)
+    assert isinstance(send, SendChannel) and isinstance(recv, RecvChannel)
+    return send, recv

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "BrokenChannelError",
     "BrokenPoolError",
@@ -44,10 +48,12 @@ def _stdlib_bases() -> tuple[tuple[type, ...], tuple[type, ...]]:
         import _interpreters
     except ImportError:  # a build without subinterpreters
         return (), ()
-    interpreters = sys.modules.get("concurrent.interpreters")
-    if interpreters is None and _interpreters.get_current()[0] == _interpreters.get_main()[0]:
-        import concurrent.interpreters as interpreters
-    failed = getattr(interpreters, "ExecutionFailed", None)
+    stdlib: Any = sys.modules.get("concurrent.interpreters")
+    if stdlib is None and _interpreters.get_current()[0] == _interpreters.get_main()[0]:
+        import concurrent.interpreters
+
+        stdlib = concurrent.interpreters
+    failed = getattr(stdlib, "ExecutionFailed", None)
     return ((failed,) if failed is not None else ()), (_interpreters.NotShareableError,)
 
 
@@ -134,7 +140,7 @@ class ExecutionFailed(InterpreterError, *_FAILED_BASES):  # type: ignore[misc]
             message = ""
         return _ExcInfo(_RemoteType(module, qualname), message, self.remote_traceback)
 
-    def __reduce__(self):  # keep both attributes through pickling
+    def __reduce__(self) -> tuple[Any, ...]:  # keep both attributes through pickling
         return (type(self), (self.args[0], self.type_name, self.remote_traceback))
 
     def __str__(self) -> str:
@@ -191,7 +197,7 @@ def refusal_from(exc: BaseException) -> ModuleRefusedError | None:
     )
 
 
-def rebuild(info: tuple) -> BaseException:
+def rebuild(info: tuple[Any, ...]) -> BaseException:
     """Turn a remote exception description into the exception the awaiter should see.
 
     info is (type_name, message, traceback_text, exception_or_None): the last

@@ -50,7 +50,8 @@ def _stdlib_broken_pool() -> type:
         from concurrent.futures.interpreter import BrokenInterpreterPool as stdlib
     except ImportError:  # before 3.14, or a build without subinterpreters
         return concurrent.futures.thread.BrokenThreadPool
-    return stdlib
+    found: type = stdlib
+    return found
 
 
 class BrokenInterpreterPool(BrokenPoolError, _stdlib_broken_pool()):  # type: ignore[misc]
@@ -132,8 +133,8 @@ class _Engine(_pool._Engine):
             self._shutdown()
 
 
-def _on_started(executor_ref: weakref.ref, engine: _pool._Engine,
-                started: concurrent.futures.Future) -> None:
+def _on_started(executor_ref: weakref.ref[Any], engine: _pool._Engine,
+                started: concurrent.futures.Future[Any]) -> None:
     if started.exception() is None or engine._broken is None:
         return
     # Like ThreadPoolExecutor: the initializer's error is logged, then the
@@ -178,8 +179,8 @@ class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
         self._owner = owner
         self._tid = tid
 
-    @property  # type: ignore[override]
-    def _condition(self) -> threading.Condition:
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
         cond = self._cond
         if cond is None:
             with _lazy_lock:
@@ -188,8 +189,8 @@ class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
                     cond = self._cond = threading.Condition()
         return cond
 
-    @property  # type: ignore[override]
-    def _waiters(self) -> list[Any]:
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
         # Only concurrent.futures.wait() and as_completed() add waiters: most
         # futures never need the list either.
         waiters = self._waiter_list
@@ -225,7 +226,7 @@ class _Future(concurrent.futures.Future):  # type: ignore[type-arg]
 
     # -- state changes -----------------------------------------------------------------
 
-    def add_done_callback(self, fn: _Callback) -> None:  # type: ignore[override]
+    def add_done_callback(self, fn: _Callback) -> None:
         with _lazy_lock:
             if self._cond is not None:
                 now = None
@@ -313,7 +314,7 @@ class _Completions:
     shutdown() is collected (its engine then closes and this thread ends).
     """
 
-    def __init__(self, engine: _pool._Engine) -> None:
+    def __init__(self, engine: _Engine) -> None:
         self.engine = engine
         self.queue = engine._queue
         self.pending: dict[int, _Future] = {}
@@ -403,7 +404,7 @@ class _Completions:
             except concurrent.futures.InvalidStateError:
                 pass  # cancelled through concurrent.futures.Future.cancel(fut) meanwhile
 
-    def _remote_error(self, info: tuple) -> BaseException:
+    def _remote_error(self, info: tuple[Any, ...]) -> BaseException:
         exc = rebuild(info)
         if (isinstance(exc, BrokenPoolError) and not isinstance(exc, BrokenInterpreterPool)
                 and self.engine._broken is not None):
@@ -416,7 +417,9 @@ class _Completions:
             self.thread.join()
 
 
-def _without_context_run(fn: object, args: tuple, kwargs: dict) -> tuple[object, tuple, dict]:
+def _without_context_run(
+    fn: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[object, tuple[Any, ...], dict[str, Any]]:
     """Unwrap asyncio.to_thread's ``partial(Context.run, func, *args, **kwargs)``.
 
     A contextvars.Context cannot cross to another interpreter, and its
@@ -437,7 +440,7 @@ def _chain_from_lists(results: Iterator[list[Any]]) -> Iterator[Any]:
             yield chunk.pop()
 
 
-def _result_or_cancel(fut: concurrent.futures.Future, timeout: float | None = None) -> Any:
+def _result_or_cancel(fut: concurrent.futures.Future[Any], timeout: float | None = None) -> Any:
     try:
         return fut.result(timeout)
     finally:
@@ -454,7 +457,7 @@ class _WorkerThread:
     interpreters.
     """
 
-    def __init__(self, name: str, closed: concurrent.futures.Future) -> None:
+    def __init__(self, name: str, closed: concurrent.futures.Future[Any]) -> None:
         self.name = name
         self.daemon = False
         self._closed = closed
@@ -527,7 +530,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         self,
         max_workers: int | None = None,
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
         preload: Iterable[str] = (),
         max_tasks_per_interpreter: int | None = None,
         *,
@@ -553,7 +556,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         self._max_workers = max_workers
         self._thread_name_prefix = thread_name_prefix or (
             f"InterpreterPoolExecutor-{self._counter()}")  # type: ignore[attr-defined]
-        self._initializer = initializer
+        self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
         self._engine = _Engine(
             max_workers,
@@ -616,7 +619,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 self._engine._ensure_started()
             return self._completions
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Future at once.
@@ -665,7 +668,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         engine._submitted += 1
         return fut
 
-    def map(  # type: ignore[override]
+    def map(
         self,
         fn: Callable[..., Any],
         *iterables: Iterable[Any],
@@ -715,9 +718,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         return self._results(futures, calls, fn, end, executor_ref)
 
     @staticmethod
-    def _results(futures: collections.deque, calls: Iterator[tuple[Any, ...]],
+    def _results(futures: collections.deque[Any], calls: Iterator[tuple[Any, ...]],
                  fn: Callable[..., Any], end: float | None,
-                 executor_ref: weakref.ref | None) -> Iterator[Any]:
+                 executor_ref: weakref.ref[Any] | None) -> Iterator[Any]:
         try:
             while futures:
                 if executor_ref is not None:

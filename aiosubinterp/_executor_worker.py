@@ -11,6 +11,10 @@ import sys
 
 from aiosubinterp import _core, _marshal
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["start"]
 
 
@@ -37,7 +41,7 @@ def _name_thread(name: str) -> None:
             pass  # a kernel without /proc/thread-self (before 3.17): unnamed
 
 
-def start(thread_name_prefix: str, initializer: tuple | None) -> None:
+def start(thread_name_prefix: str, initializer: tuple[Any, ...] | None) -> None:
     """Name the thread, then run the user's initializer (a call payload of _marshal)."""
     _name_thread(f"{thread_name_prefix}_{_core.current_interpreter_id()}")
     if initializer is None:
@@ -46,6 +50,7 @@ def start(thread_name_prefix: str, initializer: tuple | None) -> None:
     if module is None:
         fn = target
     else:
-        mod = _marshal.main_importer() if module == "__main__" else importlib.import_module(module)
+        mod = (_marshal.main_importer() if module == "__main__"  # type: ignore[misc]
+               else importlib.import_module(module))
         fn = _marshal._getattr_path(mod, target)
     fn(*args, **dict(kw))

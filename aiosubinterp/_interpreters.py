@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from aiosubinterp import _core
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["InterpreterInfo", "active_count", "get_current", "get_main", "list_all"]
 
 
@@ -47,7 +51,7 @@ class InterpreterInfo:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"InterpreterInfo is immutable: cannot set {name!r}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return InterpreterInfo, (self.id, self.is_main, self.managed)
 
     def __eq__(self, other: object) -> bool:

@@ -18,6 +18,11 @@ import weakref
 
 from aiosubinterp import _core
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+    from typing import Any
+
 __all__ = ["LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
 
 # loop -> weakref to its LoopHub. A running loop keeps its hub alive (the
@@ -25,7 +30,7 @@ __all__ = ["LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
 # guard holds the loop's async-generator finalizer). Held strongly here, the
 # hub would keep a loop closed without shutdown_asyncgens() (loop.close()
 # outside asyncio.run) alive forever, with its wakeup fd and default pool.
-_hubs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_hubs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _hubs_lock = threading.Lock()
 
 
@@ -34,7 +39,7 @@ class _Owned:
 
     __slots__ = ("core", "default_pool")
 
-    def __init__(self, core) -> None:
+    def __init__(self, core: Any) -> None:
         self.core = core
         self.default_pool = None
 
@@ -51,7 +56,7 @@ def _release(owned: _Owned) -> None:
     owned.core.close()
 
 
-def _close_orphan(pool) -> None:
+def _close_orphan(pool: Any) -> None:
     pool._interrupt_all()  # nobody can receive these results any more
     pool.close()
 
@@ -101,12 +106,12 @@ class LoopHub:
             pass
 
     @property
-    def default_pool(self):
+    def default_pool(self) -> Any:
         """The pool aiosubinterp.run() uses on this loop (None until first use)."""
         return self._owned.default_pool
 
     @default_pool.setter
-    def default_pool(self, pool) -> None:
+    def default_pool(self, pool: Any) -> None:
         self._owned.default_pool = pool
 
     def drain(self) -> None:
@@ -142,7 +147,7 @@ class LoopHub:
                     del _hubs[loop]
 
 
-async def _shutdown_guard(hub: LoopHub):
+async def _shutdown_guard(hub: LoopHub) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:

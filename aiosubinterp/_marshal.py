@@ -102,7 +102,7 @@ def _load_pickle():
 
         def __init__(self, file, buffer_callback=None) -> None:
             super().__init__(file, protocol=5, buffer_callback=buffer_callback)
-            self.ends: list = []
+            self.ends: list[object] = []
 
         def reducer_override(self, obj: object) -> object:
             if isinstance(obj, end_type):
@@ -120,7 +120,7 @@ def dumps(obj: object) -> bytes:
     return (_pickle or _load_pickle()).dumps(obj, protocol=5)
 
 
-def _dumps_collecting(obj: object, buffer_callback) -> tuple[bytes, list]:
+def _dumps_collecting(obj: object, buffer_callback) -> tuple[bytes, list[object]]:
     import io
 
     file = io.BytesIO()
@@ -129,7 +129,7 @@ def _dumps_collecting(obj: object, buffer_callback) -> tuple[bytes, list]:
     return file.getvalue(), pickler.ends
 
 
-def dumps_ends(obj: object) -> tuple[bytes, list]:
+def dumps_ends(obj: object) -> tuple[bytes, list[object]]:
     """(pickle of obj, the channel ends it refers to), for the transfer encoder."""
     pickle = _pickle or _load_pickle()
     try:
@@ -140,11 +140,11 @@ def dumps_ends(obj: object) -> tuple[bytes, list]:
         return _dumps_collecting(obj, None)
 
 
-def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list, list]:
+def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list[object], list[object]]:
     """(pickle of obj, PickleBuffers of threshold bytes or more left out-of-band,
     channel ends it refers to), for the transfer encoder."""
     pickle = _pickle or _load_pickle()
-    oob: list = []
+    oob: list[object] = []
 
     def keep_in_band(pb) -> bool:
         try:
@@ -164,7 +164,8 @@ def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list, list]:
         return data, oob, ends
 
 
-def loads(data: bytes, buffers: list | None = None, ends: list | None = None) -> object:
+def loads(data: bytes, buffers: list[object] | None = None,
+          ends: list[object] | None = None) -> object:
     import io
 
     if _Unpickler is None:
@@ -268,7 +269,7 @@ _NAMESPACE_OPS = ("GLOBAL", "LOAD_NAME", "STORE_NAME", "DELETE_NAME", "DICT_OR_G
 _needs_module: "dict[types.CodeType, bool]" = {}
 
 
-def _uses_module_globals(code: "types.CodeType", namespace: dict) -> bool:
+def _uses_module_globals(code: "types.CodeType", namespace: dict[str, object]) -> bool:
     """Whether code (or code nested in it) uses a name of its module, not only builtins."""
     import builtins
     import dis
@@ -316,7 +317,7 @@ def by_code(fn: object) -> _CodeFunction | None:
 
 
 def function_from_code(module: str, package: str | None, qualname: str, code: bytes,
-                       defaults: tuple | None, kwdefaults: dict | None,
+                       defaults: tuple[object, ...] | None, kwdefaults: dict[str, object] | None,
                        needs_module: bool) -> "types.FunctionType":
     """Rebuild a function sent by ``by_code``, with its module's globals here if it needs them."""
     import builtins
@@ -344,7 +345,8 @@ def function_from_code(module: str, package: str | None, qualname: str, code: by
 _refs: dict[object, tuple[str, str]] = {}
 
 
-def call_payload(fn: object, args: tuple, kwargs: dict, *, nested: bool = False) -> tuple:
+def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object], *,
+                 nested: bool = False) -> tuple[object, ...]:
     """The message that asks a worker to call fn(*args, **kwargs).
 
     With nested=True a function defined inside another function that
@@ -370,8 +372,8 @@ def call_payload(fn: object, args: tuple, kwargs: dict, *, nested: bool = False)
     return (ref[0], ref[1], args, kw)
 
 
-def explain_unshareable(fn: object, args: tuple, kwargs: dict, error: BaseException, *,
-                        nested: bool = False):
+def explain_unshareable(fn: object, args: tuple[object, ...], kwargs: dict[str, object],
+                        error: BaseException, *, nested: bool = False):
     """Name the part of a call that cannot be sent, for a NotShareableError."""
     from aiosubinterp._errors import NotShareableError
 

@@ -13,7 +13,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from typing import Any
+from typing import Any, Self
 
 from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback, _worker
 from aiosubinterp._errors import (
@@ -182,17 +182,19 @@ def _check_names(preload: object) -> tuple[str, ...]:
         raise TypeError(f"preload must be an iterable of module names, not the string {preload!r}: "
                         f"write preload=({preload!r},)")
     try:
-        names = tuple(preload)  # type: ignore[arg-type]
+        names: tuple[object, ...] = tuple(preload)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError("preload must be an iterable of module names, got "
                         f"{type(preload).__name__}") from None
+    checked: list[str] = []
     for name in names:
         if not isinstance(name, str) or not name:
             raise TypeError(f"preload must contain module names (str), got {name!r}")
-    return names
+        checked.append(name)
+    return tuple(checked)
 
 
-_live: weakref.WeakSet = weakref.WeakSet()
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -239,7 +241,7 @@ class _Engine:
     """Interpreters serving one job queue. Base of InterpreterPool and Interpreter."""
 
     _kind = "pool"
-    _fallback = None  # InterpreterPool(fallback="process") routes submit() through it
+    _fallback: _procfallback.Fallback | None = None  # fallback="process" routes submit() here
 
     def __init__(
         self,
@@ -247,7 +249,7 @@ class _Engine:
         *,
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
         max_tasks_per_interpreter: int | None = None,
         cancel_grace: float = 1.0,
         replace_stuck: bool = True,
@@ -320,12 +322,12 @@ class _Engine:
         self._abandoned: list[_core.Worker] = []
         self._state = "new"  # new, starting, running, broken, closing, closed
         self._broken: BaseException | None = None
-        self._started: concurrent.futures.Future = concurrent.futures.Future()
-        self._closed: concurrent.futures.Future = concurrent.futures.Future()
+        self._started: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._closed: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._path: list[str] | None = None
         self._submitted = 0
         self._replaced = 0
-        self._setup: tuple | None = None
+        self._setup: tuple[Any, ...] | None = None
         # Retirements reported before the worker was registered (a fresh
         # worker can serve max_tasks jobs before its starter thread resumes).
         self._retired_early: set[int] = set()
@@ -341,7 +343,7 @@ class _Engine:
 
     # -- lifecycle -------------------------------------------------------------
 
-    def _make_setup(self) -> tuple:
+    def _make_setup(self) -> tuple[Any, ...]:
         self._path = list(sys.path)
         return (_main_ref(), self._preload, self._init_payload, (tuple(self._path),))
 
@@ -522,7 +524,7 @@ class _Engine:
             if tid:
                 _admin.spawn(w.interrupt, tid)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         try:
             await self.start()
         except Exception:
@@ -568,7 +570,7 @@ class _Engine:
             raise BrokenPoolError(str(self._broken)) from self._broken
 
     def _submit(self, kind: int, payload: object, name: str, fn: object = None,
-                args: tuple = (), kwargs: dict | None = None) -> Task:
+                args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Task:
         loop = _loop.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
         hub = _loop.hub_for(loop)
@@ -615,7 +617,8 @@ class _Engine:
             return self._fallback.submit(self, fn, args, kwargs)
         return self._submit_here(fn, args, kwargs)
 
-    def _submit_here(self, fn: Callable[..., object], args: tuple, kwargs: dict) -> Task:
+    def _submit_here(self, fn: Callable[..., object], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Task:
         """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
@@ -861,7 +864,7 @@ class InterpreterPool(_Engine):
         *,
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
         max_tasks_per_interpreter: int | None = None,
         cancel_grace: float = 1.0,
         concurrency_per_interpreter: int = 1,
@@ -882,8 +885,9 @@ class InterpreterPool(_Engine):
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
         )
-        if self._fallback is not None:
-            self._closed.add_done_callback(lambda _: self._fallback.close())
+        router = self._fallback
+        if router is not None:
+            self._closed.add_done_callback(lambda _: router.close())
 
     # -- fallback="process" (issue #8): aiosubinterp._procfallback ----------------
 
@@ -917,7 +921,7 @@ class Interpreter(_Engine):
         *,
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
     ) -> None:
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
                          replace_stuck=False)
@@ -991,7 +995,7 @@ class Interpreter(_Engine):
 
 
 async def windowed_map(
-    submit: Callable[..., asyncio.Future],
+    submit: Callable[..., asyncio.Future[Any]],
     fn: Callable[..., object],
     iterable: Iterable[Any] | AsyncIterable[Any],
     *,
@@ -1006,18 +1010,18 @@ async def windowed_map(
     if not callable(fn):
         raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
     if hasattr(iterable, "__aiter__"):
-        source = iterable.__aiter__()  # type: ignore[union-attr]
+        source: Any = iterable.__aiter__()
         is_async = True
     else:
-        source = iter(iterable)  # type: ignore[arg-type]
+        source = iter(iterable)
         is_async = False
-    inflight: collections.deque[asyncio.Future] = collections.deque()
+    inflight: collections.deque[asyncio.Future[Any]] = collections.deque()
     exhausted = False
     try:
         while True:
             while not exhausted and len(inflight) < window:
                 try:
-                    item = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr]
+                    item = await source.__anext__() if is_async else next(source)
                 except (StopIteration, StopAsyncIteration):
                     exhausted = True
                     break

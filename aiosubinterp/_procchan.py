@@ -35,7 +35,7 @@ def adopt(key: int, kind: str, channel_id: int) -> _ProxyEnd:
     return end
 
 
-def _remote_error(info: tuple) -> BaseException:
+def _remote_error(info: tuple[Any, ...]) -> BaseException:
     type_name, message = info
     if type_name.endswith(".NotShareableError"):
         return NotShareableError(message)
@@ -55,7 +55,7 @@ class _ProxyEnd:
 
         if self._closed and op != "stats":
             return _core.CHAN_CLOSED, None
-        status, value = _procworker.state().request(op, self._key, *args)  # type: ignore[misc]
+        status, value = _procworker.state().request(op, self._key, *args)
         if status == "error":
             raise _remote_error(value)
         return status, value
@@ -95,7 +95,7 @@ class _ProxyEnd:
         return ChannelStatistics(used, float("inf") if maxsize < 0 else maxsize, senders,
                                  receivers, wsend, wrecv)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         if self._closed:
             raise ValueError(f"cannot send a closed channel end ({self!r})")
         from aiosubinterp._procwire import parent_end

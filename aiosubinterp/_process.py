@@ -72,7 +72,7 @@ class _Proc:
 
     _serials = itertools.count(1)
 
-    def __init__(self, popen: subprocess.Popen, sock: socket.socket, ctl_w: int) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], sock: socket.socket, ctl_w: int) -> None:
         self.serial = next(self._serials)
         self.popen = popen
         self.pid = popen.pid
@@ -85,10 +85,11 @@ class _Proc:
         self.done = 0                      # jobs finished
         self.settings = 0                  # version of the settings it has
         self.keys: set[int] = set()        # channel ends it holds proxies of
-        self.requests: dict[int, concurrent.futures.Future] = {}
+        self.requests: dict[int, concurrent.futures.Future[Any]] = {}
         self.abandoned = False
 
-    def write(self, kind: int, ident: int, body: bytes = b"", fds: list[int] | tuple = ()) -> bool:
+    def write(self, kind: int, ident: int, body: bytes = b"",
+              fds: list[int] | tuple[Any, ...] = ()) -> bool:
         try:
             with self.wlock:
                 send_frame(self.sock, kind, ident, body, fds)
@@ -116,7 +117,7 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _error_info(exc: BaseException) -> tuple:
+def _error_info(exc: BaseException) -> tuple[Any, ...]:
     return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "", exc)
 
 
@@ -158,7 +159,7 @@ class ProcessPool:
         *,
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
-        initargs: tuple = (),
+        initargs: tuple[Any, ...] = (),
         max_tasks_per_worker: int | None = None,
         cancel_grace: float = 1.0,
     ) -> None:
@@ -213,8 +214,8 @@ class ProcessPool:
         self._threads: list[threading.Thread] = []
         self._state = "new"  # new, starting, running, broken, closing, closed
         self._broken: BaseException | None = None
-        self._started: concurrent.futures.Future = concurrent.futures.Future()
-        self._closed: concurrent.futures.Future = concurrent.futures.Future()
+        self._started: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._closed: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._path: list[str] = []
         self._settings = 0
         self._settings_body = b""
@@ -238,7 +239,7 @@ class ProcessPool:
             self._path = list(sys.path)
         _admin.spawn(self._start_all)
 
-    def _setup(self) -> tuple:
+    def _setup(self) -> tuple[Any, ...]:
         return (_pool._main_ref(), self._preload, self._init_payload, (tuple(self._path),))
 
     def _new_proc(self) -> tuple[_Proc | None, BaseException | None]:
@@ -263,15 +264,15 @@ class ProcessPool:
             with self._lock:
                 setup = self._setup()
                 proc.settings = self._settings
-            body, fds = _procwire.encode(setup, self._refuse_end)
-            proc.write(SETUP, 0, body, fds)
+            sent, fds = _procwire.encode(setup, self._refuse_end)
+            proc.write(SETUP, 0, sent, fds)
             _procwire.close_fds(fds)
             kind, _, body, fds = proc.reader.read()
             if kind == READY:
                 return proc, None
             if kind == FAILED:
                 info = _procwire.decode(body, fds)
-                error: BaseException = rebuild(_with_exception(info))  # type: ignore[arg-type]
+                error: BaseException = rebuild(_with_exception(info))
             else:
                 error = RuntimeError(f"a worker process sent message {kind} instead of READY")
         except (EOFError, OSError):
@@ -636,19 +637,19 @@ class ProcessPool:
             else:
                 _procwire.close_fds(fds)
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave tasks hanging
-            sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))
+            sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))  # type: ignore[arg-type]
 
     def _on_result(self, proc: _Proc, tid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
             status, value, released = _procwire.decode(body, fds, on_end=self._end_for(proc))
         except Exception as exc:  # noqa: BLE001 - the awaiter gets it
             status, value, released = None, exc, ()
-        for key in released:  # type: ignore[union-attr]
+        for key in released:
             self._close_key(key, proc)
         if status == OK:
             code = _core.STATUS_OK
         elif status == ERROR:
-            code, value = _core.STATUS_ERROR, _with_exception(value)  # type: ignore[arg-type]
+            code, value = _core.STATUS_ERROR, _with_exception(value)
         elif status == CANCELLED:
             code = _core.STATUS_CANCELLED
         else:
@@ -759,10 +760,10 @@ class ProcessPool:
 
     # -- channel ends on behalf of workers ------------------------------------------
 
-    def _refuse_end(self, end: object) -> tuple:
+    def _refuse_end(self, end: object) -> tuple[Any, ...]:
         raise NotShareableError(f"cannot send {end!r} here: pass channel ends as task arguments")
 
-    def _share_end(self, end: _core.ChannelEnd, keys: list[int] | set[int]) -> tuple:
+    def _share_end(self, end: _core.ChannelEnd, keys: list[int] | set[int]) -> tuple[Any, ...]:
         """Keep a copy of end (the same end) for a worker process; the worker gets a proxy of it."""
         clone = end._share()
         if clone is None:
@@ -805,7 +806,7 @@ class ProcessPool:
 
     def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
-            op, key, args = _procwire.decode(body, fds, on_end=self._end_for(proc))  # type: ignore[misc]
+            op, key, args = _procwire.decode(body, fds, on_end=self._end_for(proc))
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             self._reply(proc, rid, ("error", _error_info_plain(exc)))
             return
@@ -820,7 +821,7 @@ class ProcessPool:
             return
         try:
             if op == "send_nowait":
-                result: tuple = (end._send_nowait(args[0]), None)
+                result: tuple[Any, ...] = (end._send_nowait(args[0]), None)
             elif op == "recv_nowait":
                 status, _, value = end._recv_nowait()
                 result = (status, value)
@@ -846,13 +847,14 @@ class ProcessPool:
             result = ("error", _error_info_plain(exc))
         self._reply(proc, rid, result)
 
-    async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str, args: tuple) -> None:
+    async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str,
+                       args: tuple[Any, ...]) -> None:
         timeout = args[-1]
         try:
             async with asyncio.timeout(timeout):
                 if op == "send":
                     await end.send(args[0])
-                    result: tuple = (_DONE, None)
+                    result: tuple[Any, ...] = (_DONE, None)
                 else:
                     result = (_DONE, await end.recv())
         except TimeoutError:
@@ -870,7 +872,7 @@ class ProcessPool:
         proc.requests.pop(rid, None)
         self._reply(proc, rid, result)
 
-    def _reply(self, proc: _Proc, rid: int, result: tuple) -> None:
+    def _reply(self, proc: _Proc, rid: int, result: tuple[Any, ...]) -> None:
         try:
             body, fds = _procwire.encode(result, lambda end: self._share_end(end, proc.keys))
         except Exception as exc:  # noqa: BLE001 - an item that cannot go to a process
@@ -938,7 +940,7 @@ class ProcessPool:
         return f"<aiosubinterp.ProcessPool size={self._size} {self._state}>"
 
 
-def _serve(pool_ref: weakref.ref, proc: _Proc) -> None:
+def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
     """A worker's reader thread: hands each message to the pool, until the process exits."""
     while True:
         try:
@@ -966,7 +968,7 @@ def _send_type() -> type:
     return SendChannel
 
 
-def _with_exception(info: tuple) -> tuple:
+def _with_exception(info: tuple[Any, ...]) -> tuple[Any, ...]:
     """A worker's error description with its pickled exception rebuilt here (or None)."""
     type_name, message, tb_text, data = info
     exc = None
@@ -978,7 +980,7 @@ def _with_exception(info: tuple) -> tuple:
     return (type_name, message, tb_text, exc)
 
 
-def _error_info_plain(exc: BaseException) -> tuple:
+def _error_info_plain(exc: BaseException) -> tuple[Any, ...]:
     """An error for a worker: (type name, message), rebuilt there as RuntimeError if unknown."""
     return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
 

@@ -21,11 +21,12 @@ from aiosubinterp._task import Task
 
 if TYPE_CHECKING:  # a type only: _pool imports this module
     from aiosubinterp import _pool
+    from aiosubinterp._process import ProcessPool
 
 __all__ = ["Fallback", "make"]
 
 def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
-         initargs: tuple, max_tasks: int | None, cancel_grace: float) -> Fallback | None:
+         initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float) -> Fallback | None:
     """The fallback of a new InterpreterPool, or None; a clear error for a bad value."""
     if fallback is None:
         return None
@@ -58,14 +59,14 @@ class Fallback:
     Thread-safety: as InterpreterPool (a lock guards the decisions and the pool).
     """
 
-    def __init__(self, *, size: int, initializer: Callable[..., object] | None, initargs: tuple,
-                 max_tasks: int | None, cancel_grace: float) -> None:
+    def __init__(self, *, size: int, initializer: Callable[..., object] | None,
+                 initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float) -> None:
         self._options = dict(initializer=initializer, initargs=initargs,
                              max_tasks_per_worker=max_tasks, cancel_grace=cancel_grace)
         self._size = size
         self._lock = threading.Lock()
         self._modules: dict[str, str] = {}  # function module -> the extension module that refused
-        self._processes = None
+        self._processes: ProcessPool | None = None
         self._closed = False
 
     @property
@@ -83,8 +84,8 @@ class Fallback:
                 self._processes = ProcessPool(self._size, **self._options)  # type: ignore[arg-type]
             return self._processes
 
-    def submit(self, engine: _pool._Engine, fn: Callable[..., object], args: tuple,
-               kwargs: dict) -> Task:
+    def submit(self, engine: _pool._Engine, fn: Callable[..., object], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Task:
         module = module_of(fn)
         if module in self._modules:
             engine._check_open()
@@ -95,8 +96,8 @@ class Fallback:
         inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))
         return outer
 
-    def _settle(self, outer: Task, fn: Callable[..., object], args: tuple, kwargs: dict,
-                module: str, inner: asyncio.Future) -> None:
+    def _settle(self, outer: Task, fn: Callable[..., object], args: tuple[Any, ...],
+                kwargs: dict[str, Any], module: str, inner: asyncio.Future[Any]) -> None:
         if outer.done():
             return
         if inner.cancelled():
@@ -129,7 +130,7 @@ class Fallback:
             outer.set_exception(err)
             return
         outer._inner = again  # type: ignore[attr-defined]
-        again.add_done_callback(lambda done: outer.done() or _copy(done, outer))
+        again.add_done_callback(lambda done: None if outer.done() else _copy(done, outer))
 
     def _cancel_task(self, task: Task) -> None:
         inner = getattr(task, "_inner", None)
@@ -151,7 +152,7 @@ class Fallback:
             await self._processes.aclose()
 
 
-def _copy(source: asyncio.Future, target: Task) -> None:
+def _copy(source: asyncio.Future[Any], target: Task) -> None:
     if target.done():
         return
     if source.cancelled():

@@ -21,6 +21,10 @@ from collections.abc import Callable
 from aiosubinterp import _core, _marshal
 from aiosubinterp._errors import NotShareableError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "HEADER",
     "Decoder",
@@ -145,7 +149,7 @@ def close_fds(fds: list[int]) -> None:
 # -- pickling with file descriptors and channel ends ------------------------------
 
 
-def take_fd(index: int, kind: tuple | None) -> object:
+def take_fd(index: int, kind: tuple[Any, ...] | None) -> object:
     """Placeholder for a file descriptor in a message; only a Decoder resolves it."""
     raise RuntimeError("aiosubinterp: a file descriptor reference was unpickled outside a message")
 
@@ -168,12 +172,12 @@ class Encoder(pickle.Pickler):
     message until sent); channel ends are handed to ``on_end``, which returns their reduction.
     """
 
-    def __init__(self, file: io.BytesIO, on_end: Callable[[object], tuple]) -> None:
+    def __init__(self, file: io.BytesIO, on_end: Callable[[object], tuple[Any, ...]]) -> None:
         super().__init__(file, protocol=5)
         self.fds: list[int] = []
         self._on_end = on_end
 
-    def reducer_override(self, obj: object) -> object:
+    def reducer_override(self, obj: object) -> Any:
         tp = type(obj)
         if tp is _core.FileDescriptor:
             self.fds.append(os.dup(obj.fd))  # type: ignore[attr-defined]
@@ -206,7 +210,7 @@ class Decoder(pickle.Unpickler):
         self._main = main
         self._on_end = on_end
 
-    def _take_fd(self, index: int, kind: tuple | None) -> object:
+    def _take_fd(self, index: int, kind: tuple[Any, ...] | None) -> object:
         fd = self._fds[index]
         self._fds[index] = -1  # taken: the new owner closes it
         if kind is None:
@@ -232,7 +236,7 @@ class Decoder(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def encode(obj: object, on_end: Callable[[object], tuple]) -> tuple[bytes, list[int]]:
+def encode(obj: object, on_end: Callable[[Any], tuple[Any, ...]]) -> tuple[bytes, list[int]]:
     """(pickled obj, fds it carries). On failure no duplicated fd is left open."""
     file = io.BytesIO()
     enc = Encoder(file, on_end)
@@ -245,7 +249,7 @@ def encode(obj: object, on_end: Callable[[object], tuple]) -> tuple[bytes, list[
 
 
 def decode(body: bytes | bytearray, fds: list[int], *, main: Callable[[], object] | None = None,
-           on_end: Callable[[int], object] | None = None) -> object:
+           on_end: Callable[[int], object] | None = None) -> Any:
     """Unpickle a message; fds it did not take are closed."""
     try:
         return Decoder(io.BytesIO(body), fds, main=main, on_end=on_end).load()

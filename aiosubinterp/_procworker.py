@@ -34,6 +34,10 @@ from aiosubinterp._procwire import (
     send_frame,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["main"]
 
 OK = 1
@@ -153,7 +157,7 @@ class _State:
             self.functions[key] = fn
         return fn
 
-    def call(self, payload: tuple) -> object:
+    def call(self, payload: tuple[Any, ...]) -> object:
         module, target, args, kw = payload
         fn = target if module is None else self.resolve(module, target)
         result = fn(*args, **dict(kw)) if kw else fn(*args)
@@ -161,7 +165,7 @@ class _State:
             return self.run_coroutine(result)
         return result
 
-    def run_coroutine(self, coro: types.CoroutineType) -> object:
+    def run_coroutine(self, coro: types.CoroutineType[Any, Any, Any]) -> object:
         import asyncio
 
         if self.loop is None:
@@ -226,7 +230,7 @@ class _State:
             del self.proxies[k]
         return dead
 
-    def request(self, op: str, key: int, *args: object) -> object:
+    def request(self, op: str, key: int, *args: object) -> tuple[Any, Any]:
         """Ask the pool to do a channel operation for this process; returns (status, value)."""
         self.next_request += 1
         rid = self.next_request
@@ -275,14 +279,14 @@ def state() -> _State:
     return _state
 
 
-def _end_reduction(end: object) -> tuple:
+def _end_reduction(end: object) -> tuple[Any, ...]:
     raise NotShareableError(
         f"cannot send {end!r} out of this worker process: it belongs to a channel opened "
         "here. Open channels in the parent and pass their ends to the tasks instead."
     )
 
 
-def _describe(exc: BaseException) -> tuple:
+def _describe(exc: BaseException) -> tuple[Any, ...]:
     """(type_name, message, traceback, pickled exception or None)."""
     from aiosubinterp._worker import describe_exception
 
@@ -296,7 +300,7 @@ def _describe(exc: BaseException) -> tuple:
     return (type_name, message, tb_text, data)
 
 
-def _apply_settings(settings: tuple) -> None:
+def _apply_settings(settings: tuple[Any, ...]) -> None:
     (path,) = settings
     sys.path[:] = path
 

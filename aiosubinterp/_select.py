@@ -18,7 +18,7 @@ _TIMEOUT = _core.CHAN_TIMEOUT
 _INTERRUPTED = _core.CHAN_INTERRUPTED
 
 
-def _ends(receivers: tuple) -> tuple:
+def _ends(receivers: tuple[Any, ...]) -> tuple[Any, ...]:
     if not receivers:
         raise TypeError("select() needs at least one receive end")
     for end in receivers:
@@ -27,7 +27,7 @@ def _ends(receivers: tuple) -> tuple:
     return receivers
 
 
-def _outcome(ends: tuple, status: int, index: int, value: Any) -> tuple[int, Any]:
+def _outcome(ends: tuple[Any, ...], status: int, index: int, value: Any) -> tuple[int, Any]:
     if status == _DONE:
         return index, value
     raise recv_error(ends[index], status, index)

@@ -7,6 +7,10 @@ import asyncio
 from aiosubinterp import _core
 from aiosubinterp._errors import ExecutionFailed, rebuild
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["Task"]
 
 _OK = _core.STATUS_OK
@@ -14,7 +18,7 @@ _ERROR = _core.STATUS_ERROR
 _LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
 
 
-class Task(asyncio.Future):
+class Task(asyncio.Future[Any]):
     """A function call submitted to an interpreter; await it for the result.
 
     It is an ``asyncio.Future``: ``await``, ``done()``, ``cancelled()``,
@@ -27,7 +31,8 @@ class Task(asyncio.Future):
     Thread-safety: like any asyncio future, use it from its loop's thread.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, owner, tid: int, name: str, hub) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner: Any, tid: int, name: str,
+                 hub: Any) -> None:
         super().__init__(loop=loop)
         self._owner = owner
         self._tid = tid

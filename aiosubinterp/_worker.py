@@ -54,7 +54,7 @@ JOB_CALL = 1
 JOB_EXEC = 2
 
 
-def describe_exception(exc: BaseException) -> tuple:
+def describe_exception(exc: BaseException) -> tuple[object, ...]:
     """(type_name, message, traceback_text, exception_or_None), ready to cross back."""
     import traceback
 
@@ -150,7 +150,7 @@ class Runner:
     nothing is queued, and the worker goes back to its C job loop.
     """
 
-    def __init__(self, setup: tuple, handle: int = 0) -> None:
+    def __init__(self, setup: tuple[object, ...], handle: int = 0) -> None:
         main_ref, preload, initializer, settings = setup
         self._handle = handle
         self._loop = None  # the worker's asyncio loop, made on the first coroutine
@@ -179,7 +179,7 @@ class Runner:
         if initializer is not None:
             self.run(JOB_CALL, initializer)
 
-    def apply_settings(self, settings: tuple) -> None:
+    def apply_settings(self, settings: tuple[object, ...]) -> None:
         (path,) = settings
         # No importlib.invalidate_caches(): new entries have no cached finder
         # yet, and on 3.13 it imports importlib.metadata (~40 ms, 88 modules).
@@ -222,7 +222,7 @@ class Runner:
             self._functions[key] = fn
         return fn
 
-    def target(self, kind: int, payload: object) -> tuple:
+    def target(self, kind: int, payload: object) -> tuple[object, ...]:
         """(callable, args, kwargs) for a job."""
         if kind == JOB_CALL:
             module, target, args, kw = payload
@@ -265,7 +265,7 @@ class Runner:
 
     # -- sessions: several coroutine jobs at once (concurrency > 1) ------------
 
-    def serve(self, coro: "types.CoroutineType") -> None:
+    def serve(self, coro: "types.CoroutineType[object, object, object]") -> None:
         """Run coro, the dispatched job, and every job that joins it, until none is left."""
         if not coroutines_supported():
             coro.close()
@@ -289,7 +289,7 @@ class Runner:
             self._session_done = None
             _core._worker_session_end(self._handle, self)
 
-    def _start(self, tid: int, coro: "types.CoroutineType") -> None:
+    def _start(self, tid: int, coro: "types.CoroutineType[object, object, object]") -> None:
         task = self._loop.create_task(coro)  # type: ignore[union-attr]
         self._session[tid] = task  # type: ignore[index]
         task.add_done_callback(lambda t, tid=tid: self._finished(tid, t))
@@ -346,7 +346,7 @@ class Runner:
         else:
             self._complete(tid, None, result, False)
 
-    def run_coroutine(self, coro: "types.CoroutineType") -> object:
+    def run_coroutine(self, coro: "types.CoroutineType[object, object, object]") -> object:
         """Run coro on this worker's event loop until it finishes; cancellable from main."""
         if not coroutines_supported():
             coro.close()  # never started: no event loop, no asyncio import
@@ -416,17 +416,17 @@ class Runner:
                     os.close(fd)
                 self._wake = None
 
-    def describe(self, exc: BaseException) -> tuple:
+    def describe(self, exc: BaseException) -> tuple[object, ...]:
         return describe_exception(exc)
 
-    def describe_unsendable_result(self, value: object, exc: BaseException) -> tuple:
+    def describe_unsendable_result(self, value: object, exc: BaseException) -> tuple[object, ...]:
         err = _errors_module().NotShareableError(
             f"the task returned a {type(value).__name__}, which cannot be sent back to the "
             f"caller: {type(exc).__name__}: {exc}. Return plain data (or a picklable object)."
         )
         return describe_exception(err)
 
-    def describe_minimal(self, exc: BaseException) -> tuple:
+    def describe_minimal(self, exc: BaseException) -> tuple[object, ...]:
         return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
 
     def shutdown(self) -> None:

@@ -80,7 +80,7 @@ def _run_single(circles: list[Circle], params: Params, frames: int, workers: int
 def _run_threads(circles: list[Circle], params: Params, frames: int,
                  workers: int) -> list[Circle]:
     regions = _circles.split(circles, params, workers)
-    links = _links(workers, lambda: (q := queue.SimpleQueue(), q))
+    links = _links(workers, lambda: (q := queue.SimpleQueue[Any](), q))
     results: list[list[Circle]] = [[] for _ in regions]
     errors: list[BaseException] = []
 
