@@ -9,6 +9,8 @@
 #   make bench      run every benchmarks/bench_*.py on $(PY) (default 3.13);
 #                   a version not found here runs in the Debian root
 #                   (make bench PY=3.14), as does WHERE=chroot (PY=3.13)
+#   make lint       ruff over the repository and mypy (strict) over the package,
+#                   on $(LINT_PYTHON); `make test` runs it first
 #   make venv       only build the venvs (and the extension in place)
 #   make clean      remove venvs, build products and stamps
 #
@@ -39,6 +41,7 @@ SHELL := /bin/bash
 
 PYTHON_VERSIONS ?= 3.13 3.12
 DEMO_PYTHON ?= 3.13
+LINT_PYTHON ?= 3.13
 EXTRAS ?= test,bench
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -69,7 +72,7 @@ REQUIREMENTS_PY = import sys, tomllib; \
         + [r for e in extras for r in p["project"]["optional-dependencies"][e]]; \
     print("\n".join(r for r in reqs if not r.lower().startswith("aiosubinterp")))
 
-.PHONY: test test-here venv demo bench bench-here clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
+.PHONY: test test-here lint venv demo bench bench-here clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
 
 venv: $(foreach v,$(PYTHON_VERSIONS),.venv-$(v)/.ext.stamp)
 
@@ -105,8 +108,20 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 	@touch $@
 
 # Every supported Python, here and in the Debian root; see the script.
-test:
+# Lint first: CI runs this command, so the repository stays clean.
+test: lint
 	bash scripts/test-matrix.sh
+
+# ruff and mypy at the versions the lint extra pins, in their own venv's
+# packages (the venv of $(LINT_PYTHON); the extension is not needed).
+lint: .venv-$(LINT_PYTHON)/.lint.stamp
+	.venv-$(LINT_PYTHON)/bin/ruff check .
+	.venv-$(LINT_PYTHON)/bin/mypy
+
+.venv-%/.lint.stamp: .venv-%/.deps.stamp
+	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' lint | grep -E '^(ruff|mypy)' > .venv-$*/lint-requirements.txt
+	.venv-$*/bin/python -m pip install -r .venv-$*/lint-requirements.txt
+	@touch $@
 
 # Runs every version even if one fails; fails if any failed. pytest exit 5
 # ("no tests ran") is a failure too.
