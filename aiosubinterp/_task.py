@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiosubinterp import _core
 from aiosubinterp._errors import ExecutionFailed, rebuild
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["Task"]
 
