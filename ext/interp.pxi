@@ -46,11 +46,12 @@ cdef void interp_end(WorkerState* w) noexcept:
 
     The interpreter is ended through a thread state made here, on this
     thread. ts0 was made on the thread that created the interpreter: ending
-    the interpreter through it from another thread left, on CPython 3.14 and 3.15, an extra
-    reference to a module a task had imported in 20-45% of the closes, so
-    that module and its globals were never freed (no __del__, a channel end
-    kept there never closed). ts0 goes only once the new state exists: on
-    3.12 an interpreter whose thread-state list runs empty cannot get one.
+    the interpreter through it from another thread left, on CPython 3.14 and
+    3.15, an extra reference to a module a task had imported in 20-45% of
+    the closes, so that module and its globals were never freed (no __del__,
+    a channel end kept there never closed). ts0 goes only once the new state
+    exists: on 3.12 an interpreter whose thread-state list runs empty cannot
+    get one.
     """
     cdef PyThreadState* save
     cdef PyThreadState* last
@@ -156,8 +157,8 @@ cdef void* interrupt_helper_main(void* arg) noexcept nogil:
     cdef InterruptOp* op = <InterruptOp*>arg
     cdef WorkerState* w = op.w
     cdef bint hit = interp_interrupt(w, op.tid)
-    # Unpinned only now that this thread's state is deleted: Py_EndInterpreter
-    # (worker_close waits for ops == 0) needs ts0 to be the last thread state.
+    # Unpinned only now that this thread's state is deleted: interp_end
+    # (worker_close waits for ops == 0) needs its thread state to be the last.
     # w may be freed right after: not touched again.
     pthread_mutex_lock(&w.q.mu)
     w.ops -= 1
