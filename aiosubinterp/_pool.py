@@ -13,7 +13,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from aiosubinterp import _admin, _core, _loop, _marshal, _procfallback, _worker
 from aiosubinterp._errors import (
@@ -186,12 +186,26 @@ def _check_names(preload: object) -> tuple[str, ...]:
     except TypeError:
         raise TypeError("preload must be an iterable of module names, got "
                         f"{type(preload).__name__}") from None
-    checked: list[str] = []
     for name in names:
         if not isinstance(name, str) or not name:
             raise TypeError(f"preload must contain module names (str), got {name!r}")
-        checked.append(name)
-    return tuple(checked)
+    return cast("tuple[str, ...]", names)  # every item checked just above
+
+
+async def start_or_release(pool: Any) -> None:
+    """pool.start() for ``async with`` (both backends).
+
+    When it fails, the caller never gets the pool to close: close it here,
+    waiting for what did start unless the start itself was interrupted.
+    """
+    try:
+        await pool.start()
+    except Exception:
+        await pool.aclose()
+        raise
+    except BaseException:
+        pool.close()
+        raise
 
 
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -525,15 +539,7 @@ class _Engine:
                 _admin.spawn(w.interrupt, tid)
 
     async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except Exception:
-            # The caller gets no pool to close: release what did start.
-            await self.aclose()
-            raise
-        except BaseException:
-            self.close()
-            raise
+        await start_or_release(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

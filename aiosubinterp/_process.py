@@ -433,15 +433,7 @@ class ProcessPool:
             raise
 
     async def __aenter__(self) -> ProcessPool:
-        try:
-            await self.start()
-        except Exception:
-            # The caller gets no pool to close: release what did start.
-            await self.aclose()
-            raise
-        except BaseException:
-            self.close()
-            raise
+        await _pool.start_or_release(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
