@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - the test command installs them
         "pip install 'dask[distributed]'"
     ) from exc
 
-from aiosubinterp import _daskwork, _loop, _pool
+from aiosubinterp import _daskwork, _lifecycle, _loop
 from aiosubinterp._errors import ExecutionFailed, NotShareableError, PoolClosedError
 from aiosubinterp._executor import InterpreterPoolExecutor
 from aiosubinterp._task import Task
@@ -384,7 +384,7 @@ class DaskInterpreterPlugin(WorkerPlugin):
         self.size = size
         self.default = bool(default)
         self.options = {
-            "preload": tuple(_pool._check_names(preload)),
+            "preload": _lifecycle.check_names(preload),
             "initializer": initializer,
             "initargs": initargs,
             "max_tasks_per_interpreter": max_tasks_per_interpreter,
@@ -533,7 +533,7 @@ class DaskPool:
                     f"{type(exc).__name__}: {exc}. Pass picklable arguments."
                 ) from exc
             raise
-        task = Task(loop, self, next(_pool._task_ids), name, None)
+        task = Task(loop, self, _lifecycle.next_task_id(), name, None)
         if client_loop is loop:
             relay: asyncio.Future[Any] = loop.create_task(_gather(self._client, dfut))
         else:
@@ -615,7 +615,7 @@ class DaskPool:
 
         Cancellation: closing or cancelling the iteration cancels every call in flight.
         """
-        return _pool.windowed_map(self.submit, fn, iterable, ordered=ordered,
+        return _lifecycle.windowed_map(self.submit, fn, iterable, ordered=ordered,
                                   window=64 if window is None else window)
 
     def close(self) -> None:

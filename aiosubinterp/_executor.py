@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import _base
 from typing import Any
 
-from aiosubinterp import _chunks, _core, _executor_worker, _loop, _marshal, _pool
+from aiosubinterp import _chunks, _core, _executor_worker, _lifecycle, _loop, _marshal, _pool
 from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
@@ -100,7 +100,7 @@ def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
     return err
 
 
-class _Engine(_pool._Engine):
+class _ExecutorEngine(_pool._Engine):
     """The engine, with a synchronous close for the exit hook.
 
     Each interpreter first runs _executor_worker.start, which names its
@@ -119,15 +119,11 @@ class _Engine(_pool._Engine):
 
     def close_here(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
-        with self._lock:
-            state = self._state
-            if state not in ("closing", "closed"):
-                self._state = "closing"
-        if state in ("closing", "closed"):
-            self._closed.exception()
-            return
-        self._queue.close()
-        if state == "new":
+        state = self._begin_close()
+        if state is None:
+            if self._pid == os.getpid():
+                self._closed.exception()  # closing elsewhere: wait for it
+        elif state == "new":
             self._finish_close()
         else:
             self._shutdown()
@@ -314,7 +310,7 @@ class _Completions:
     shutdown() is collected (its engine then closes and this thread ends).
     """
 
-    def __init__(self, engine: _Engine) -> None:
+    def __init__(self, engine: _ExecutorEngine) -> None:
         self.engine = engine
         self.queue = engine._queue
         self.pending: dict[int, _Future] = {}
@@ -537,7 +533,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         thread_name_prefix: str = "",
     ) -> None:
         if max_workers is None:
-            max_workers = _pool.default_size()
+            max_workers = _lifecycle.default_size()
         elif isinstance(max_workers, bool) or not isinstance(max_workers, int):
             raise TypeError(f"max_workers must be an int or None, got {type(max_workers).__name__}")
         elif max_workers <= 0:
@@ -558,7 +554,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             f"InterpreterPoolExecutor-{self._counter()}")  # type: ignore[attr-defined]
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
-        self._engine = _Engine(
+        self._engine = _ExecutorEngine(
             max_workers,
             thread_name_prefix=self._thread_name_prefix,
             preload=preload,
@@ -643,7 +639,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             path = list(sys.path)
             engine._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
             engine._path = path
-        tid = next(_pool._task_ids)
+        tid = _lifecycle.next_task_id()
         # Fewer calls in flight than interpreters: one of them (idle, or
         # still starting) takes this call next; the queue is FIFO and the
         # calls ahead of it are running too. The count may include calls

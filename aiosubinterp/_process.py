@@ -12,15 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
-import warnings
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiosubinterp import _admin, _core, _loop, _marshal, _pool, _procwire
+from aiosubinterp import _admin, _core, _lifecycle, _loop, _marshal, _procwire
 from aiosubinterp._errors import (
     BrokenChannelError,
-    BrokenPoolError,
     ChannelClosedError,
     EndOfChannel,
     NotShareableError,
@@ -121,14 +119,19 @@ def _error_info(exc: BaseException) -> tuple[Any, ...]:
     return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "", exc)
 
 
-class ProcessPool:
+class ProcessPool(_lifecycle.Lifecycle):
     """A pool of worker processes with InterpreterPool's API.
 
     For code that cannot run in a subinterpreter: extension modules that
     refuse them (numpy and most compiled libraries), or code that needs
     process isolation (a crash or ``os._exit`` ends only its worker).
     ``run``, ``submit``, ``map``, ``aclose``, ``Task``, errors, cancellation
-    and timeouts behave as in InterpreterPool.
+    and timeouts behave as in InterpreterPool. If a worker process dies while
+    it runs a task (``os._exit``, a crash in C), the task raises
+    WorkerCrashedError and the pool starts a new worker. A cancelled, running
+    task gets KeyboardInterrupt (SIGINT; a coroutine is cancelled instead);
+    its process is killed and replaced if it does not stop within the grace
+    period. ``async def`` functions run on 3.12 too.
 
     Args:
         size: number of worker processes (default: the CPUs this process may use).
@@ -152,6 +155,8 @@ class ProcessPool:
     """
 
     _kind = "process pool"
+    _unit = "worker"
+    _on_exit_without_close = "they exit when this process does otherwise"
 
     def __init__(
         self,
@@ -163,84 +168,29 @@ class ProcessPool:
         max_tasks_per_worker: int | None = None,
         cancel_grace: float = 1.0,
     ) -> None:
-        if not _core.is_main_interpreter():
-            raise RuntimeError(
-                "ProcessPool can only be created in the main interpreter, and this code runs in "
-                f"worker interpreter {_core.current_interpreter_id()}."
-            )
-        size = _pool.default_size() if size is None else size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int (number of processes), got {size!r}")
-        names = _pool._check_names(preload)
-        if initializer is not None and not callable(initializer):
-            raise TypeError(
-                f"initializer must be callable or None, got {type(initializer).__name__}")
-        if not isinstance(initargs, tuple):
-            raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
-        if max_tasks_per_worker is not None and (
-            isinstance(max_tasks_per_worker, bool)
-            or not isinstance(max_tasks_per_worker, int)
-            or max_tasks_per_worker < 1
-        ):
-            raise ValueError(
-                "max_tasks_per_worker must be None or a positive int, "
-                f"got {max_tasks_per_worker!r}")
-        if not isinstance(cancel_grace, (int, float)) or isinstance(cancel_grace, bool) or not (
-                cancel_grace >= 0):
-            raise ValueError(
-                f"cancel_grace must be a non-negative number of seconds, got {cancel_grace!r}")
-        init_payload = None
-        if initializer is not None:
-            init_payload = _marshal.call_payload(initializer, initargs, {})
-            try:
-                _procwire.close_fds(_procwire.encode(init_payload, self._refuse_end)[1])
-            except NotShareableError:
-                raise
-            except Exception as exc:
-                raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
-        self._size = size
-        self._concurrency = 1  # one task per process at a time (map() sizes its window by it)
-        self._preload = names
-        self._init_payload = init_payload
-        self._max_tasks = max_tasks_per_worker or 0
-        self._grace = float(cancel_grace)
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        super().__init__(
+            _lifecycle.default_size() if size is None else size, preload=preload,
+            initializer=initializer, initargs=initargs, max_tasks=max_tasks_per_worker,
+            max_tasks_name="max_tasks_per_worker", cancel_grace=cancel_grace)
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued: dict[int, _Job] = {}
         self._running: dict[int, _Job] = {}
         self._idle: list[_Proc] = []
         self._procs: dict[int, _Proc] = {}
         self._threads: list[threading.Thread] = []
-        self._state = "new"  # new, starting, running, broken, closing, closed
-        self._broken: BaseException | None = None
-        self._started: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._closed: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._path: list[str] = []
         self._settings = 0
         self._settings_body = b""
-        self._submitted = 0
         self._completed = 0
-        self._replaced = 0
         # Channel ends that worker processes hold proxies of: key -> our own end.
         self._ends: dict[int, _core.ChannelEnd] = {}
         self._end_keys = itertools.count(1)
         self._chan_loop: asyncio.AbstractEventLoop | None = None
         self._chan_thread: threading.Thread | None = None
-        self._pid = os.getpid()
+
+    def _check_crosses(self, payload: object) -> None:
+        _procwire.close_fds(_procwire.encode(payload, self._refuse_end)[1])
 
     # -- lifecycle -------------------------------------------------------------
-
-    def _ensure_started(self) -> None:
-        with self._lock:
-            if self._state != "new":
-                return
-            self._state = "starting"
-            self._path = list(sys.path)
-        _admin.spawn(self._start_all)
-
-    def _setup(self) -> tuple[Any, ...]:
-        return (_pool._main_ref(), self._preload, self._init_payload, (tuple(self._path),))
 
     def _new_proc(self) -> tuple[_Proc | None, BaseException | None]:
         """Start one worker process and wait until it is ready (blocking)."""
@@ -249,7 +199,8 @@ class ProcessPool:
         os.set_blocking(ctl_w, False)
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-c", bootstrap_source(self._path, child_sock.fileno(), ctl_r)],
+                [sys.executable, "-c",
+                 bootstrap_source(self._path or [], child_sock.fileno(), ctl_r)],
                 pass_fds=(child_sock.fileno(), ctl_r), stdin=subprocess.DEVNULL,
             )
         except BaseException as exc:  # noqa: BLE001 - reported as the start failure
@@ -293,28 +244,11 @@ class ProcessPool:
         proc.close_fds()
         return code
 
-    def _start_all(self) -> None:
-        futures = [_admin.spawn(self._start_one) for _ in range(self._size)]
-        errors = [err for err in (f.result() for f in futures) if err is not None]
-        if not errors:
-            with self._lock:
-                if self._state == "starting":
-                    self._state = "running"
-            self._started.set_result(None)
-            return
-        cause = errors[0]
-        broken = BrokenPoolError(
-            f"the process pool could not start its workers: {type(cause).__name__}: {cause}")
-        broken.__cause__ = cause
+    def _abort_start(self, broken: BaseException) -> None:
         with self._lock:
-            self._broken = broken
-            if self._state == "starting":
-                self._state = "broken"
             procs = list(self._procs.values())
         for proc in procs:
             proc.write(STOP, 0)
-        self._fail_queued(broken)
-        self._started.set_exception(broken)
 
     def _start_one(self) -> BaseException | None:
         proc, error = self._new_proc()
@@ -343,47 +277,13 @@ class ProcessPool:
         if job is not None:
             self._dispatch(proc, job)
 
-    async def start(self) -> None:
-        """Start the worker processes now and wait until they are ready.
+    def _stop_taking_work(self) -> None:
+        pass  # the state is "closing": submit() refuses, _changed was notified
 
-        Optional: the first submit starts them too. Raises BrokenPoolError if
-        a worker cannot start, or a preload import or the initializer fails.
-
-        Cancellation: the processes keep starting; close() still cleans up.
-        """
-        loop = _loop.running_loop("ProcessPool.start()")
-        if self._state in ("closing", "closed"):
-            raise PoolClosedError("this process pool is closed: create a new one")
-        self._ensure_started()
-        await asyncio.shield(_admin.relay(self._started, loop))
-
-    def close(self) -> None:
-        """Stop accepting work; finish what was submitted, then stop the processes.
-
-        Returns at once; ``await aclose()`` to wait until they have exited. Idempotent.
-        """
-        if self._pid != os.getpid():
-            self._state = "closed"
-            return
-        with self._lock:
-            state = self._state
-            if state in ("closing", "closed"):
-                return
-            self._state = "closing"
-            self._cond.notify_all()
-        if state == "new":
-            self._finish_close()
-        else:
-            _admin.spawn(self._shutdown)
-
-    def _shutdown(self) -> None:
-        try:
-            self._started.exception()  # wait until start-up settled
-        except concurrent.futures.CancelledError:
-            pass
+    def _drain_and_stop(self) -> None:
         with self._lock:
             # Submitted work runs first (a pool that lost its workers failed it already).
-            self._cond.wait_for(lambda: not self._queued and not self._running)
+            self._changed.wait_for(lambda: not self._queued and not self._running)
             procs = list(self._procs.values())
         for proc in procs:
             proc.write(STOP, 0)
@@ -399,72 +299,15 @@ class ProcessPool:
             keys = list(self._ends)
         for key in keys:
             self._close_key(key)
-        self._finish_close()
 
-    def _finish_close(self) -> None:
-        self._fail_queued(PoolClosedError("this process pool was closed before the task could run"))
+    def _interrupt_running(self) -> None:
         with self._lock:
-            self._state = "closed"
-        if not self._started.done():
-            self._started.set_exception(PoolClosedError("this process pool is closed"))
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-    async def aclose(self) -> None:
-        """Close and wait until every worker process has exited.
-
-        Submitted tasks run to completion first.
-
-        Cancellation: if the wait is cancelled, the tasks still running are
-        interrupted; the shutdown completes in the background.
-        """
-        loop = _loop.running_loop("ProcessPool.aclose()")
-        self.close()
-        if self._pid != os.getpid():
-            return
-        try:
-            await asyncio.shield(_admin.relay(self._closed, loop))
-        except asyncio.CancelledError:
-            with self._lock:
-                jobs = list(self._running.values())
-            for job in jobs:
-                if job.proc is not None:
-                    _admin.spawn(self._interrupt, job.proc, job.tid)
-            raise
-
-    async def __aenter__(self) -> ProcessPool:
-        await _pool.start_or_release(self)
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        state = getattr(self, "_state", "closed")
-        if state not in ("closed", "closing", "new"):
-            warnings.warn(
-                f"unclosed {self!r}: close it (async with, or await aclose()) to stop its "
-                "worker processes; they exit when this process does otherwise",
-                ResourceWarning, source=self, stacklevel=2,
-            )
-            try:
-                self.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
+            jobs = list(self._running.values())
+        for job in jobs:
+            if job.proc is not None:
+                _admin.spawn(self._interrupt, job.proc, job.tid)
 
     # -- submitting --------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._pid != os.getpid():
-            raise RuntimeError(
-                f"this process pool was created in process {self._pid}, and this is a forked "
-                f"child ({os.getpid()}): its workers belong to the parent. Create a new pool here."
-            )
-        state = self._state
-        if state in ("closing", "closed"):
-            raise PoolClosedError("this process pool is closed: create a new one to run more work")
-        if state == "broken":
-            raise BrokenPoolError(str(self._broken)) from self._broken
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) in a worker process; return its Task at once.
@@ -486,7 +329,7 @@ class ProcessPool:
                 raise
             raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
-        tid = next(_pool._task_ids)
+        tid = _lifecycle.next_task_id()
         task = Task(loop, self, tid, name, None)
         job = _Job(tid, body, fds, keys, task, loop)
         if sys.path != self._path:
@@ -511,40 +354,6 @@ class ProcessPool:
         elif state == "new":
             self._ensure_started()
         return task
-
-    async def run(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
-        """Run fn(*args, **kwargs) in a worker process and return its result.
-
-        Exceptions come back with their own type, caused by an
-        ExecutionFailed that carries the remote traceback. An ``async def``
-        function runs on an asyncio loop in the worker (on 3.12 too). If the
-        worker process dies while running it (``os._exit``, a crash in C),
-        this raises WorkerCrashedError and the pool starts a new worker.
-
-        Cancellation: a queued call is withdrawn; a running one gets
-        KeyboardInterrupt (SIGINT; a coroutine is cancelled instead), and its
-        process is killed and replaced if it does not stop within the grace period.
-        """
-        return await self.submit(fn, *args, **kwargs)
-
-    def map(
-        self,
-        fn: Callable[..., object],
-        iterable: Iterable[Any] | AsyncIterable[Any],
-        *,
-        ordered: bool = True,
-        window: int | None = None,
-    ) -> AsyncIterator[Any]:
-        """Yield fn(item) for every item, computed in the worker processes.
-
-        As InterpreterPool.map(): at most ``window`` calls in flight (default:
-        8 per worker, at least 64); ``ordered=False`` yields as they finish;
-        the first failure is raised at its place.
-
-        Cancellation: closing or cancelling the iteration cancels every call in flight.
-        """
-        return _pool._Engine.map(self, fn, iterable, ordered=ordered,  # type: ignore[arg-type]
-                                 window=window)
 
     def _new_settings(self) -> None:
         path = list(sys.path)
@@ -602,7 +411,7 @@ class ProcessPool:
             jobs = [j for j in self._queue if j.tid in self._queued]
             self._queue.clear()
             self._queued.clear()
-            self._cond.notify_all()
+            self._changed.notify_all()
         for job in jobs:
             self._drop(job)
             self._deliver(job, _core.STATUS_ERROR, _error_info(exc))
@@ -660,7 +469,7 @@ class ProcessPool:
                 retire = self._procs.pop(proc.serial, None) is not None
             else:
                 nxt = self._next_job(proc)
-            self._cond.notify_all()
+            self._changed.notify_all()
         if job is not None:
             self._deliver(job, code, value)
         if nxt is not None:
@@ -678,7 +487,7 @@ class ProcessPool:
             proc.job = None
             if job is not None:
                 self._running.pop(job.tid, None)
-            self._cond.notify_all()
+            self._changed.notify_all()
         for fut in list(proc.requests.values()):
             fut.cancel()
         code = self._reap(proc)
@@ -711,13 +520,7 @@ class ProcessPool:
         with self._lock:
             alone = not self._procs
         if alone and error is not None:
-            broken = BrokenPoolError(f"the process pool lost its last worker: {error}")
-            broken.__cause__ = error
-            with self._lock:
-                self._broken = broken
-                if self._state == "running":
-                    self._state = "broken"
-            self._fail_queued(broken)
+            self._break(error)
 
     # -- cancellation ---------------------------------------------------------------
 
@@ -725,7 +528,7 @@ class ProcessPool:
         with self._lock:
             job = self._queued.pop(task._tid, None)
             running = None if job is not None else self._running.get(task._tid)
-            self._cond.notify_all()
+            self._changed.notify_all()
         if job is not None:
             self._drop(job)  # withdrawn: it never runs
         elif running is not None and running.proc is not None:
@@ -739,7 +542,7 @@ class ProcessPool:
         except OSError:
             return  # it is gone already
         with self._lock:
-            if self._cond.wait_for(lambda: proc.job is None or proc.job.tid != tid, self._grace):
+            if self._changed.wait_for(lambda: proc.job is None or proc.job.tid != tid, self._grace):
                 return
             # It ignores the interruption (catches it, or is stuck in C): give up on it.
             proc.abandoned = True
@@ -894,42 +697,14 @@ class ProcessPool:
 
     # -- introspection -----------------------------------------------------------
 
-    @property
-    def size(self) -> int:
-        """Number of worker processes."""
-        return self._size
-
-    @property
-    def closed(self) -> bool:
-        return self._state in ("closing", "closed")
-
     def pids(self) -> list[int]:
         """Process ids of the current workers."""
         with self._lock:
             return [p.pid for p in self._procs.values()]
 
-    def statistics(self) -> dict[str, int | str]:
-        """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed,
-        replaced.
-
-        As InterpreterPool.statistics(); ``replaced`` counts workers that
-        died or were killed after ignoring a cancellation.
-        """
+    def _counts(self) -> tuple[int, int, int, int]:
         with self._lock:
-            return {
-                "size": self._size,
-                "concurrency": 1,
-                "state": self._state,
-                "busy": len(self._running),
-                "running": len(self._running),
-                "queued": len(self._queued),
-                "submitted": self._submitted,
-                "completed": self._completed,
-                "replaced": self._replaced,
-            }
-
-    def __repr__(self) -> str:
-        return f"<aiosubinterp.ProcessPool size={self._size} {self._state}>"
+            return (len(self._running), len(self._running), len(self._queued), self._completed)
 
 
 def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:

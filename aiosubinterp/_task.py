@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from aiosubinterp import _core
 from aiosubinterp._errors import ExecutionFailed, rebuild
 
-__all__ = ["Task"]
+__all__ = ["Task", "TaskOwner"]
 
 _OK = _core.STATUS_OK
 _ERROR = _core.STATUS_ERROR
 _LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
+
+
+class TaskOwner(Protocol):
+    """What made a Task, and what the Task asks of it: the task-owner protocol.
+
+    Every pool (aiosubinterp._lifecycle.Lifecycle and its backends), the
+    process fallback's router and DaskPool are owners. The owner creates the
+    Task on the loop that submitted the call, and completes it on that loop's
+    thread with ``Task._deliver(status, value)`` (status: one of
+    ``_core.STATUS_*``; value: the result, a remote error description, or a
+    local exception). The Task calls the owner once, from its loop's thread:
+
+    ``_cancel_task(task)``
+        ``task.cancel()`` was called while the task was pending: withdraw the
+        call if it is queued, interrupt it if it runs. It must not block and
+        must not complete the task (the Task marks itself cancelled); a
+        completion that arrives later is ignored.
+    """
+
+    def _cancel_task(self, task: Task) -> None: ...
 
 
 class Task(asyncio.Future[Any]):
@@ -28,7 +48,7 @@ class Task(asyncio.Future[Any]):
     Thread-safety: like any asyncio future, use it from its loop's thread.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, owner: Any, tid: int, name: str,
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner: TaskOwner, tid: int, name: str,
                  hub: Any) -> None:
         super().__init__(loop=loop)
         self._owner = owner

@@ -479,7 +479,7 @@ async def test_worker_start_up_imports_only_the_runtime():
     # Each module a worker imports at start-up costs every interpreter of
     # every pool its import time (cold start): beyond what a bare interpreter
     # has after `site`, a worker holds only our runtime's own modules.
-    from aiosubinterp import _pool
+    from aiosubinterp import _quirks
 
     try:
         import _interpreters as low
@@ -499,7 +499,7 @@ async def test_worker_start_up_imports_only_the_runtime():
     async with asi.InterpreterPool(1) as pool:
         held = set(await pool.run(eval, "sorted(__import__('sys').modules)"))
     runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._marshal",
-               "aiosubinterp._worker", "cython_runtime", *_pool.blocked_modules()}
+               "aiosubinterp._worker", "cython_runtime", *_quirks.blocked_modules()}
     extra = {m for m in held - bare - runtime if not m.startswith("_cython_")}  # Cython's own
     assert not extra, sorted(extra)
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import aiosubinterp as asi
-from aiosubinterp import _loop, _pool
+from aiosubinterp import _loop, _quirks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -163,7 +163,7 @@ def test_exit_while_tasks_run_interrupts_them(tmp_path):
 
 
 def test_shims_apply_to_the_affected_versions_only():
-    blocked = _pool.blocked_modules()
+    blocked = _quirks.blocked_modules()
     if sys.version_info[:2] == (3, 12):
         assert blocked == ("_datetime", "_zoneinfo", "_decimal", "_hashlib", "_pickle")
     elif sys.version_info[:2] == (3, 13):

@@ -6,7 +6,7 @@ accelerators (CPYTHON-NOTES §6). Each group of modules runs in a child
 process: every module is imported and exercised in three workers at once and
 in the main interpreter, the values must be equal, and the child must close
 its interpreters and exit with code 0. Shims (C accelerators kept out of
-workers, aiosubinterp._pool.blocked_modules) must make exactly the expected
+workers, aiosubinterp._quirks.blocked_modules) must make exactly the expected
 accelerators fall back to their pure-Python twins; modules that cannot load
 in a subinterpreter must raise ModuleRefusedError, never crash.
 
@@ -26,7 +26,7 @@ import textwrap
 import pytest
 import workfuncs
 
-from aiosubinterp import _pool
+from aiosubinterp import _quirks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -187,7 +187,7 @@ def test_stdlib_modules_in_several_workers(tmp_path, group):
                "each module passes alone: it is a combination of them")
         )
     assert sorted(found) == sorted(names)
-    blocked = set(_pool.blocked_modules())
+    blocked = set(_quirks.blocked_modules())
     verdicts: dict[str, list[str]] = {"green": [], "shimmed": [], "refused": [], "wrong": []}
     for name in names:
         report = found[name]
@@ -222,7 +222,7 @@ def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
     # CPython 3.12.0-3.12.3 cache the keyword names of a C function in memory
     # of the interpreter that first calls it with keywords (gh-119213): once
     # the first pool's interpreters are destroyed, the second pool's calls use
-    # the dangling cache. aiosubinterp._pool primes those caches from main.
+    # the dangling cache. aiosubinterp._quirks primes those caches from main.
     script = tmp_path / "kw_child.py"
     script.write_text(textwrap.dedent("""
         import asyncio
@@ -289,10 +289,10 @@ def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60)
     crashes = proc.returncode != 0
-    shimmed = "_datetime" in _pool.blocked_modules()
+    shimmed = "_datetime" in _quirks.blocked_modules()
     assert crashes == shimmed, (
         f"CPython {sys.version.split()[0]}: two interpreters importing datetime "
         f"{'crash' if crashes else 'do not crash'} (exit {proc.returncode}), but the _datetime "
-        f"shim is {'on' if shimmed else 'off'}: update _pool's blocked modules and the README")
+        f"shim is {'on' if shimmed else 'off'}: update _quirks's blocked modules and the README")
     if crashes:
         assert proc.returncode < 0, proc  # a signal (SIGSEGV/SIGABRT), not a Python error

@@ -1,0 +1,163 @@
+"""CPython workarounds, in one place: each with its bug, the versions it applies to, its test.
+
+- C accelerators kept out of workers (``blocked_modules``; their pure-Python
+  twins are used). Bugs: gh-136421 and the crashes listed below.
+  Versions: 3.12, 3.13. Proved by: tests/test_stdlib_matrix.py (every
+  exercise group, and test_datetime_shim_applies_exactly_where_cpython_still_crashes).
+- Argument Clinic keyword caches primed in main (``prime_arg_parsers``).
+  Bug: gh-119213. Versions: 3.12.0 to 3.12.3. Proved by:
+  tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools.
+- A ForkWarning before fork() next to live interpreters; a forked child's
+  pools refuse work. Bug: CPython kills such a child in its after-fork code
+  (measured on every version). Proved by: the fork tests of
+  tests/stress/test_stress_lifecycle.py.
+
+Worker-side workarounds stay with the code they guard, since workers import
+little: aiosubinterp/_worker.py (REFUSED_ON_312, and the asyncio refusal on
+3.12), and ext/interp.pxi (an interpreter is ended through a fresh thread
+state, or 3.14/3.15 keep its module state alive; proved by
+tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+
+from aiosubinterp import _core, _worker
+from aiosubinterp._errors import ForkWarning
+
+__all__ = ["blocked_modules", "prime_arg_parsers"]
+
+# CPython bugs that crash the process when a C accelerator is imported in two
+# or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
+#   _datetime: heap corruption on 3.12.1 and 3.13.0 (gh-136421), also hit by
+#              sqlite3, zoneinfo, http.client, urllib.request.
+#   _zoneinfo: needs _datetime's C API; blocked with it so zoneinfo falls back.
+#   _decimal:  double free on 3.12.1 (single-phase init runs before refusal).
+#   _hashlib:  free(): invalid pointer at exit on 3.12.1; hashlib falls back
+#              to its builtin _md5/_sha1/_sha2/_sha3/_blake2 modules.
+#   _pickle:   any pickle.dumps in a 3.12.1 subinterpreter aborts the process
+#              at exit (free(): invalid pointer); the pure-Python pickle is safe.
+_BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
+    (3, 12): ("_datetime", "_zoneinfo", "_decimal", "_hashlib", "_pickle"),
+    (3, 13): ("_datetime", "_zoneinfo"),
+}
+
+
+def blocked_modules() -> tuple[str, ...]:
+    """C accelerators kept out of workers on this CPython (their pure-Python twins are used)."""
+    return _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
+
+
+# -- shim: CPython 3.12.0-3.12.3, gh-119213 (fixed in 3.12.4) ------------------
+# The first call with keyword arguments of an Argument Clinic function of an
+# extension module (math.isclose(rel_tol=...), zlib.compress(level=...),
+# SimpleQueue.get(block=...)) caches its keyword names in a process-wide
+# struct, as a tuple allocated by the calling interpreter. Made in a worker,
+# the tuple dangles once that worker is destroyed: heap corruption, abort at
+# exit. Making those first calls in main, before any worker starts, keeps the
+# tuples in memory that lives as long as the process. Each call passes a
+# bogus keyword, so it fails right after the cache is filled, doing nothing.
+_PRIME_ARG_PARSERS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 4)
+_PRIME_SKIP = ("_test", "xx", "_xx", "_tkinter", "_ctypes_test", "readline", "_curses",
+               "audioop", "nis", "spwd", "ossaudiodev", "_crypt")
+# Objects whose methods take keywords on the stdlib's own paths (concurrent.futures,
+# gzip, bz2, lzma, selectors); methods can only be primed on an instance.
+_PRIME_INSTANCES = (("_queue", "SimpleQueue"), ("zlib", "compressobj"), ("zlib", "decompressobj"),
+                    ("_bz2", "BZ2Decompressor"), ("_lzma", "LZMADecompressor"), ("select", "poll"),
+                    ("select", "epoll"), ("_random", "Random"), ("_struct", "Struct"))
+_primed = False
+_prime_lock = threading.Lock()
+
+
+def prime_arg_parsers() -> None:
+    global _primed
+    with _prime_lock:
+        if _primed or not _PRIME_ARG_PARSERS:
+            return
+        _primed = True
+        import importlib
+        import importlib.machinery
+        import importlib.util
+
+        spec = importlib.util.find_spec("_json")
+        folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+        suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+        names = sorted({f.split(".", 1)[0] for f in (os.listdir(folder) if folder else ())
+                        if f.endswith(suffixes)})
+        skip = set(blocked_modules()) | _worker.REFUSED_ON_312
+        for name in names:
+            if name.startswith(_PRIME_SKIP) or name in skip:
+                continue
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - missing library: workers cannot use it either
+                continue
+            for obj in list(vars(module).values()):
+                if callable(obj) and (isinstance(obj, type) or type(obj).__name__ ==
+                                      "builtin_function_or_method"):
+                    _prime_call(obj)
+        for name, factory in _PRIME_INSTANCES:
+            try:
+                obj = getattr(importlib.import_module(name), factory)(
+                    *(("i",) if factory == "Struct" else ()))
+            except Exception:  # noqa: BLE001
+                continue
+            for attr in dir(type(obj)):
+                if not attr.startswith("__"):
+                    _prime_call(getattr(obj, attr))
+            if hasattr(obj, "close"):
+                obj.close()
+
+
+def _prime_call(fn: object) -> None:
+    if callable(fn):
+        try:
+            fn(_aiosubinterp_prime_=None)
+        except Exception:  # noqa: BLE001 - the expected TypeError
+            pass
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's worker threads, and CPython
+    # deleted its subinterpreters: the exit-time sweep must not wait for (or
+    # interrupt) them, or the child hangs 5 s and exits 70. Pools refuse work
+    # in the child (see _check_open).
+    import atexit
+
+    atexit.unregister(_core._shutdown_all)
+
+
+_fork_warned = False
+
+
+def _before_fork() -> None:
+    # CPython kills a child forked while any subinterpreter exists, ours or
+    # not, in its after-fork code (measured with the stdlib's _interpreters
+    # alone: 3.13.0-3.13.18 abort with "Fatal Python error: PyThreadState_Get",
+    # 3.14.10 and 3.15.2 segfault, 3.12.1 hangs). Say so before it happens,
+    # once per process. A warning, not an error: the parent is unharmed, and a
+    # child that only calls exec() at once may survive on some versions.
+    global _fork_warned
+    if _fork_warned:
+        return
+    others = len(_core.list_interpreter_ids()) - 1
+    if others <= 0:
+        return
+    _fork_warned = True
+    warnings.warn(ForkWarning(
+        f"fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this process "
+        "(os.fork(), multiprocessing's 'fork' start method, uvloop spawning a subprocess): "
+        "CPython cannot fork next to subinterpreters and the child will most likely die in "
+        "CPython's after-fork code (a CPython limit, not a bug of your code). Use the 'spawn' "
+        "or 'forkserver' start method (multiprocessing.get_context('spawn')), "
+        "aiosubinterp.ProcessPool, asyncio's own loop for subprocesses, or close your pools "
+        "before forking. This process and its pools are not affected."), stacklevel=2)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
