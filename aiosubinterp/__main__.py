@@ -111,16 +111,16 @@ def _probe(name: str) -> tuple[str, str]:
 def _info(probe: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from aiosubinterp import _core, _loop, _pool
+    from aiosubinterp import _core, _lifecycle, _loop, _quirks
 
     print(f"aiosubinterp {__import__('aiosubinterp').__version__}")
     print(f"Python {platform.python_version()} ({sys.executable})")
     own_gil = sys.version_info >= (3, 12)
     print(f"per-interpreter GIL (PEP 684): {'yes' if own_gil else 'no: needs 3.12+'}")
-    print(f"CPUs: {os.cpu_count()} in the machine, {_pool.default_size()} usable "
+    print(f"CPUs: {os.cpu_count()} in the machine, {_lifecycle.default_size()} usable "
           "(default pool size)")
     print(f"wakeup: {_loop.wakeup_mechanism()}")
-    print(f"C accelerators kept out of workers: {', '.join(_pool.blocked_modules()) or 'none'}")
+    print(f"C accelerators kept out of workers: {', '.join(_quirks.blocked_modules()) or 'none'}")
     print(f"main interpreter id: {_core.main_interpreter_id()}")
     if not probe:
         return 0
