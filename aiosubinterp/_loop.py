@@ -57,7 +57,7 @@ def _release(owned: _Owned) -> None:
 
 
 def _close_orphan(pool: Any) -> None:
-    pool._interrupt_all()  # nobody can receive these results any more
+    pool._interrupt_running()  # nobody can receive these results any more
     pool.close()
 
 
