@@ -64,27 +64,27 @@ _LAZY = {
     "FallbackWarning": "_errors",
     "ForkWarning": "_errors",
     "WorkerCrashedError": "_errors",
-    "ProcessPool": "_process",
-    "BrokenInterpreterPool": "_executor",
-    "InterpreterPoolExecutor": "_executor",
-    "Interpreter": "_pool",
-    "InterpreterInfo": "_interpreters",
-    "active_count": "_interpreters",
-    "get_current": "_interpreters",
-    "get_main": "_interpreters",
-    "list_all": "_interpreters",
-    "InterpreterPool": "_pool",
-    "run": "_pool",
-    "Task": "_task",
+    "ProcessPool": "_process.pool",
+    "BrokenInterpreterPool": "_engine.executor",
+    "InterpreterPoolExecutor": "_engine.executor",
+    "Interpreter": "_engine.pool",
+    "InterpreterInfo": "_engine.introspect",
+    "active_count": "_engine.introspect",
+    "get_current": "_engine.introspect",
+    "get_main": "_engine.introspect",
+    "list_all": "_engine.introspect",
+    "InterpreterPool": "_engine.pool",
+    "run": "_engine.pool",
+    "Task": "_engine.task",
     "BrokenChannelError": "_errors",
     "ChannelClosedError": "_errors",
     "EndOfChannel": "_errors",
     "WouldBlock": "_errors",
-    "RecvChannel": "_channel",
-    "SendChannel": "_channel",
-    "open_channel": "_channel",
-    "select": "_select",
-    "select_sync": "_select",
+    "RecvChannel": "_channels.ends",
+    "SendChannel": "_channels.ends",
+    "open_channel": "_channels.ends",
+    "select": "_channels.select",
+    "select_sync": "_channels.select",
     "FileDescriptor": "_core",
     "share": "_core",
     "SharedBuffer": "_core",
@@ -96,9 +96,11 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from aiosubinterp._channel import RecvChannel as RecvChannel
-    from aiosubinterp._channel import SendChannel as SendChannel
-    from aiosubinterp._channel import open_channel as open_channel
+    from aiosubinterp._channels.ends import RecvChannel as RecvChannel
+    from aiosubinterp._channels.ends import SendChannel as SendChannel
+    from aiosubinterp._channels.ends import open_channel as open_channel
+    from aiosubinterp._channels.select import select as select
+    from aiosubinterp._channels.select import select_sync as select_sync
     from aiosubinterp._core import FileDescriptor as FileDescriptor
     from aiosubinterp._core import SharedBuffer as SharedBuffer
     from aiosubinterp._core import SharedLock as SharedLock
@@ -106,6 +108,17 @@ if TYPE_CHECKING:
     from aiosubinterp._dask import DaskInterpreterExecutor as DaskInterpreterExecutor
     from aiosubinterp._dask import DaskInterpreterPlugin as DaskInterpreterPlugin
     from aiosubinterp._dask import DaskPool as DaskPool
+    from aiosubinterp._engine.executor import BrokenInterpreterPool as BrokenInterpreterPool
+    from aiosubinterp._engine.executor import InterpreterPoolExecutor as InterpreterPoolExecutor
+    from aiosubinterp._engine.introspect import InterpreterInfo as InterpreterInfo
+    from aiosubinterp._engine.introspect import active_count as active_count
+    from aiosubinterp._engine.introspect import get_current as get_current
+    from aiosubinterp._engine.introspect import get_main as get_main
+    from aiosubinterp._engine.introspect import list_all as list_all
+    from aiosubinterp._engine.pool import Interpreter as Interpreter
+    from aiosubinterp._engine.pool import InterpreterPool as InterpreterPool
+    from aiosubinterp._engine.pool import run as run
+    from aiosubinterp._engine.task import Task as Task
     from aiosubinterp._errors import BrokenChannelError as BrokenChannelError
     from aiosubinterp._errors import BrokenPoolError as BrokenPoolError
     from aiosubinterp._errors import ChannelClosedError as ChannelClosedError
@@ -119,20 +132,7 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
     from aiosubinterp._errors import WorkerCrashedError as WorkerCrashedError
     from aiosubinterp._errors import WouldBlock as WouldBlock
-    from aiosubinterp._executor import BrokenInterpreterPool as BrokenInterpreterPool
-    from aiosubinterp._executor import InterpreterPoolExecutor as InterpreterPoolExecutor
-    from aiosubinterp._interpreters import InterpreterInfo as InterpreterInfo
-    from aiosubinterp._interpreters import active_count as active_count
-    from aiosubinterp._interpreters import get_current as get_current
-    from aiosubinterp._interpreters import get_main as get_main
-    from aiosubinterp._interpreters import list_all as list_all
-    from aiosubinterp._pool import Interpreter as Interpreter
-    from aiosubinterp._pool import InterpreterPool as InterpreterPool
-    from aiosubinterp._pool import run as run
-    from aiosubinterp._process import ProcessPool as ProcessPool
-    from aiosubinterp._select import select as select
-    from aiosubinterp._select import select_sync as select_sync
-    from aiosubinterp._task import Task as Task
+    from aiosubinterp._process.pool import ProcessPool as ProcessPool
 
 
 def __getattr__(name: str) -> object:

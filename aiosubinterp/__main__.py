@@ -111,7 +111,9 @@ def _probe(name: str) -> tuple[str, str]:
 def _info(probe: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from aiosubinterp import _core, _lifecycle, _loop, _quirks
+    from aiosubinterp import _core, _quirks
+    from aiosubinterp._engine import hub as _loop
+    from aiosubinterp._engine import lifecycle as _lifecycle
 
     print(f"aiosubinterp {__import__('aiosubinterp').__version__}")
     print(f"Python {platform.python_version()} ({sys.executable})")

@@ -14,7 +14,7 @@ subinterpreters), so the executor translates them here, in the main
 interpreter and without running any user code: a plain task becomes
 ``fn(*args, **kwargs)`` with its dependencies filled in, anything nested
 (containers of tasks, fused subgraphs) becomes a tuple expression that
-``aiosubinterp._daskwork`` evaluates in the interpreter. Only the user's
+``aiosubinterp._inside.daskwork`` evaluates in the interpreter. Only the user's
 functions and values cross. The message the worker expects back is built by
 distributed's own ``_run_task_simple``, around the outcome.
 
@@ -49,10 +49,12 @@ except ImportError as exc:  # pragma: no cover - the test command installs them
         "pip install 'dask[distributed]'"
     ) from exc
 
-from aiosubinterp import _daskwork, _lifecycle, _loop
+from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine.executor import InterpreterPoolExecutor
+from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import ExecutionFailed, NotShareableError, PoolClosedError
-from aiosubinterp._executor import InterpreterPoolExecutor
-from aiosubinterp._task import Task
+from aiosubinterp._inside import daskwork as _daskwork
 
 __all__ = [
     "DaskInterpreterExecutor",
@@ -100,7 +102,7 @@ def _resolve(arg: object, data: dict[Any, Any]) -> object:
 
 
 def to_expression(node: Any, data: dict[Any, Any], local: bool = False) -> tuple[Any, ...]:
-    """The aiosubinterp._daskwork expression that computes node.
+    """The aiosubinterp._inside.daskwork expression that computes node.
 
     ``data`` holds the values of the keys the task depends on. With
     ``local``, references are to keys of the enclosing fused subgraph and

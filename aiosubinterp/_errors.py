@@ -246,7 +246,7 @@ class BrokenChannelError(InterpreterError, RuntimeError):
     """Every receive end of the channel is closed: nobody can ever receive what is sent."""
 
 
-# -- process backend (aiosubinterp._process) --------------------------------------
+# -- process backend (aiosubinterp._process.pool) --------------------------------------
 
 
 class WorkerCrashedError(BrokenPoolError):

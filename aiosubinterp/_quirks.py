@@ -13,7 +13,7 @@
   tests/stress/test_stress_lifecycle.py.
 
 Worker-side workarounds stay with the code they guard, since workers import
-little: aiosubinterp/_worker.py (REFUSED_ON_312, and the asyncio refusal on
+little: aiosubinterp/_inside/worker.py (REFUSED_ON_312, and the asyncio refusal on
 3.12), and ext/interp.pxi (an interpreter is ended through a fresh thread
 state, or 3.14/3.15 keep its module state alive; proved by
 tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter).
@@ -26,8 +26,9 @@ import sys
 import threading
 import warnings
 
-from aiosubinterp import _core, _worker
+from aiosubinterp import _core
 from aiosubinterp._errors import ForkWarning
+from aiosubinterp._inside import worker as _worker
 
 __all__ = ["blocked_modules", "prime_arg_parsers"]
 

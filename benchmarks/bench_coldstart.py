@@ -14,7 +14,7 @@ the parts:
                    (the interpreter's own ``site`` import included), thread start
     import _core   the bootstrap's ``sys.path`` copy, blocked modules and
                    ``from aiosubinterp import _core`` (the package and _marshal)
-    import _worker ``aiosubinterp._worker`` (with ``_errors``), imported by
+    import _worker ``aiosubinterp._inside.worker`` (with ``_errors``), imported by
                    ``_core._worker_main``
     Runner         ``_worker.Runner(setup)``: settings, preload, initializer;
                    until the starter thread sees the worker ready
@@ -65,7 +65,7 @@ STDLIB_PARTS = ["create", "first call", "back on loop"]
 _ANCHORS = (
     ("def _boot():\n    import sys\n", "    _stamp('boot')\n"),
     ("        from aiosubinterp import _core\n",
-     "        _stamp('core')\n        from aiosubinterp import _worker\n        "
+     "        _stamp('core')\n        from aiosubinterp._inside import worker as _worker\n        "
      "_stamp('worker')\n"),
 )
 
@@ -89,7 +89,7 @@ def _instrumented_bootstrap(source: str, fd: int) -> str:
 
 def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
     import aiosubinterp
-    from aiosubinterp import _pool
+    from aiosubinterp._engine import pool as _pool
 
     pool_class = aiosubinterp.InterpreterPool
     rfd, wfd = os.pipe()

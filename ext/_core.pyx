@@ -23,7 +23,7 @@ from capi cimport *
 from posix cimport *
 
 import sys as _sys
-import aiosubinterp._marshal as _marshal_module
+import aiosubinterp._inside.marshal as _marshal_module
 
 include "errors.pxi"
 include "xdata.pxi"

@@ -747,7 +747,7 @@ cdef ChannelOp wrap_op(ChanOp* op):
 
 
 cdef object end_classes():
-    from aiosubinterp import _channel
+    from aiosubinterp._channels import ends as _channel
     return _channel.SendChannel, _channel.RecvChannel
 
 
@@ -1010,7 +1010,7 @@ def monotonic():
 cdef class ChannelEnd:
     """One end of a channel: a copy of the handle that counts as an open sender or receiver.
 
-    The C part of SendChannel / RecvChannel (aiosubinterp._channel): status
+    The C part of SendChannel / RecvChannel (aiosubinterp._channels.ends): status
     codes only, no policy. Every copy of an end (in any interpreter) shares
     one EndHandle: closing one closes all; the last copy to go closes it.
 

@@ -667,7 +667,7 @@ def _worker_main(Py_ssize_t handle):
     cdef Buf err
     cdef ShareOwner* owner
     global _share_owner_addr
-    from aiosubinterp import _worker
+    from aiosubinterp._inside import worker as _worker
     try:
         try:
             setup = decode_blob(w.setup_data, w.setup_size)

@@ -14,7 +14,7 @@ import workfuncs
 from aiohelpers import read_byte
 
 import aiosubinterp as asi
-from aiosubinterp import _worker
+from aiosubinterp._inside import worker as _worker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent

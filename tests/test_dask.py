@@ -34,7 +34,8 @@ from distributed import Client, LocalCluster  # noqa: E402
 from distributed.worker import _run_task_simple  # noqa: E402
 
 import aiosubinterp as asi  # noqa: E402
-from aiosubinterp import _core, _dask, _daskwork  # noqa: E402
+from aiosubinterp import _core, _dask  # noqa: E402
+from aiosubinterp._inside import daskwork as _daskwork  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 60
@@ -573,7 +574,7 @@ async def test_pool_on_interpreter_workers_in_a_worker_process():
 
 
 def test_dask_stays_optional_and_worker_code_stays_light():
-    code = ("import sys, aiosubinterp, aiosubinterp._daskwork\n"
+    code = ("import sys, aiosubinterp, aiosubinterp._inside.daskwork\n"
             "def loaded():\n"
             "    names = ('asyncio', 'uvloop', 'dask', 'distributed', 'tornado', 'cloudpickle')\n"
             "    print(sorted(m for m in names if m in sys.modules))\n"

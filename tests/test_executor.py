@@ -116,7 +116,7 @@ def test_bad_arguments():
 def test_default_max_workers():
     ex = asi.InterpreterPoolExecutor()
     try:
-        assert ex._max_workers == asi._lifecycle.default_size()
+        assert ex._max_workers == asi._engine.lifecycle.default_size()
     finally:
         ex.shutdown()
 

@@ -224,7 +224,7 @@ async def test_error_before_an_interpreter_exists_breaks_the_pool(monkeypatch):
     # A failure while preparing a worker (here: its bootstrap source), before
     # any interpreter runs, fails start() and the queued task; it used to
     # leave start() waiting forever.
-    from aiosubinterp import _pool
+    from aiosubinterp._engine import pool as _pool
 
     def no_bootstrap(self):
         raise MemoryError("no memory for the bootstrap")
@@ -405,7 +405,7 @@ def test_loop_shutdown_interrupts_abandoned_default_pool_tasks():
 
 
 def _loop_hub():
-    from aiosubinterp import _loop
+    from aiosubinterp._engine import hub as _loop
 
     return _loop.hub_for(asyncio.get_running_loop())
 
@@ -498,8 +498,9 @@ async def test_worker_start_up_imports_only_the_runtime():
         bare = set(eval(f.read()))  # a list of str, written just above
     async with asi.InterpreterPool(1) as pool:
         held = set(await pool.run(eval, "sorted(__import__('sys').modules)"))
-    runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._marshal",
-               "aiosubinterp._worker", "cython_runtime", *_quirks.blocked_modules()}
+    runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._inside",
+               "aiosubinterp._inside.marshal", "aiosubinterp._inside.worker", "cython_runtime",
+               *_quirks.blocked_modules()}
     extra = {m for m in held - bare - runtime if not m.startswith("_cython_")}  # Cython's own
     assert not extra, sorted(extra)
 

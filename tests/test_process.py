@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 import aiosubinterp as asi
-from aiosubinterp import _loop, _quirks
+from aiosubinterp import _quirks
+from aiosubinterp._engine import hub as _loop
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -219,9 +220,9 @@ async def test_pipe_wakeup_fallback(monkeypatch):
 def test_worker_side_modules_do_not_import_asyncio():
     # Workers import these; asyncio in a worker aborts CPython 3.12.1 at exit
     # once a loop ran, and uvloop refuses to load there.
-    code = ("import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._worker, "
-            "aiosubinterp._channel, aiosubinterp._chunks, aiosubinterp._demowork, "
-            "aiosubinterp._circles, aiosubinterp._interpreters; "
+    code = ("import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._inside.worker, "
+            "aiosubinterp._channels.ends, aiosubinterp._inside.chunks, aiosubinterp._demowork, "
+            "aiosubinterp._circles, aiosubinterp._engine.introspect; "
             "print(sorted(m for m in ('asyncio', 'uvloop') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -17,7 +17,8 @@ import reviewcorefuncs
 import workfuncs
 
 import aiosubinterp as asi
-from aiosubinterp import _core, _worker
+from aiosubinterp import _core
+from aiosubinterp._inside import worker as _worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")

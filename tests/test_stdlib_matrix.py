@@ -52,7 +52,7 @@ GROUPS = {
 # module -> [(first version, last version or None for "and later", the
 # module the ModuleRefusedError names)]. On 3.12 the worker refuses known
 # single-phase extensions by their package name before CPython runs their
-# init (aiosubinterp._worker.REFUSED_ON_312).
+# init (aiosubinterp._inside.worker.REFUSED_ON_312).
 LATEST = None
 REFUSED: dict[str, list[tuple[tuple[int, int], tuple[int, int] | None, str]]] = {
     "ctypes": [((3, 12), (3, 12), "ctypes")],

@@ -156,7 +156,7 @@ def pickle_exc():
 
 
 def describe_only():
-    from aiosubinterp._worker import describe_exception
+    from aiosubinterp._inside.worker import describe_exception
 
     try:
         raise ValueError("x")

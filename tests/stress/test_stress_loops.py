@@ -24,7 +24,8 @@ import workfuncs
 from stresshelp import thread_count, threads_back_to
 
 import aiosubinterp as asi
-from aiosubinterp import _core, _loop
+from aiosubinterp import _core
+from aiosubinterp._engine import hub as _loop
 
 pytestmark = pytest.mark.slow
 

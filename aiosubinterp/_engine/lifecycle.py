@@ -35,9 +35,12 @@ import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any, Self, cast
 
-from aiosubinterp import _admin, _core, _loop, _marshal
+from aiosubinterp import _core
+from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import BrokenPoolError, PoolClosedError
-from aiosubinterp._task import Task
+from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 

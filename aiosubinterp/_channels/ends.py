@@ -46,7 +46,7 @@ def _async_env(what: str) -> tuple[Any, Any]:
     if _loop_mod is None:
         import asyncio
 
-        from aiosubinterp import _loop
+        from aiosubinterp._engine import hub as _loop
 
         _aio, _loop_mod = asyncio, _loop
     try:

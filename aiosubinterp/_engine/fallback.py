@@ -16,12 +16,12 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import FallbackWarning, ModuleRefusedError
-from aiosubinterp._task import Task
 
 if TYPE_CHECKING:  # a type only: _pool imports this module
-    from aiosubinterp import _pool
-    from aiosubinterp._process import ProcessPool
+    from aiosubinterp._engine import pool as _pool
+    from aiosubinterp._process.pool import ProcessPool
 
 __all__ = ["Fallback", "make"]
 
@@ -77,7 +77,7 @@ class Fallback:
 
     def processes(self) -> Any:
         """The ProcessPool, created on first need."""
-        from aiosubinterp._process import ProcessPool
+        from aiosubinterp._process.pool import ProcessPool
 
         with self._lock:
             if self._processes is None:

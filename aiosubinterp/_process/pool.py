@@ -16,7 +16,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiosubinterp import _admin, _core, _lifecycle, _loop, _marshal, _procwire
+from aiosubinterp import _core
+from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     BrokenChannelError,
     ChannelClosedError,
@@ -26,7 +30,9 @@ from aiosubinterp._errors import (
     WorkerCrashedError,
     rebuild,
 )
-from aiosubinterp._procwire import (
+from aiosubinterp._inside import marshal as _marshal
+from aiosubinterp._process import wire as _procwire
+from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
     JOB,
@@ -40,8 +46,7 @@ from aiosubinterp._procwire import (
     Reader,
     send_frame,
 )
-from aiosubinterp._procworker import CANCELLED, ERROR, OK, bootstrap_source
-from aiosubinterp._task import Task
+from aiosubinterp._process.worker import CANCELLED, ERROR, OK, bootstrap_source
 
 __all__ = ["ProcessPool"]
 
@@ -572,7 +577,7 @@ class ProcessPool(_lifecycle.Lifecycle):
                 keys.add(key)
             else:
                 keys.append(key)
-        from aiosubinterp import _procchan
+        from aiosubinterp._process import channels as _procchan
 
         kind = "send" if isinstance(end, _send_type()) else "recv"
         return _procchan.adopt, (key, kind, end._channel_id)
@@ -730,7 +735,7 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
 
 
 def _send_type() -> type:
-    from aiosubinterp._channel import SendChannel
+    from aiosubinterp._channels.ends import SendChannel
 
     return SendChannel
 

@@ -17,9 +17,10 @@ import socket
 import sys
 import types
 
-from aiosubinterp import _marshal, _procwire
 from aiosubinterp._errors import NotShareableError
-from aiosubinterp._procwire import (
+from aiosubinterp._inside import marshal as _marshal
+from aiosubinterp._process import wire as _procwire
+from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
     JOB,
@@ -288,7 +289,7 @@ def _end_reduction(end: object) -> tuple[Any, ...]:
 
 def _describe(exc: BaseException) -> tuple[Any, ...]:
     """(type_name, message, traceback, pickled exception or None)."""
-    from aiosubinterp._worker import describe_exception
+    from aiosubinterp._inside.worker import describe_exception
 
     type_name, message, tb_text, carried = describe_exception(exc)
     data = None
@@ -352,6 +353,6 @@ def bootstrap_source(path: list[str], sock_fd: int, ctl_fd: int) -> str:
     """The -c program of a worker process."""
     return (
         f"import sys; sys.path[:] = {path!r}\n"
-        "from aiosubinterp import _procworker\n"
+        "from aiosubinterp._process import worker as _procworker\n"
         f"_procworker.main({sock_fd}, {ctl_fd})\n"
     )

@@ -18,7 +18,7 @@ _LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
 class TaskOwner(Protocol):
     """What made a Task, and what the Task asks of it: the task-owner protocol.
 
-    Every pool (aiosubinterp._lifecycle.Lifecycle and its backends), the
+    Every pool (aiosubinterp._engine.lifecycle.Lifecycle and its backends), the
     process fallback's router and DaskPool are owners. The owner creates the
     Task on the loop that submitted the call, and completes it on that loop's
     thread with ``Task._deliver(status, value)`` (status: one of

@@ -15,7 +15,7 @@ import weakref
 from typing import Any
 
 from aiosubinterp import _core
-from aiosubinterp._channel import ChannelStatistics, _deadline, recv_error, send_error
+from aiosubinterp._channels.ends import ChannelStatistics, _deadline, recv_error, send_error
 from aiosubinterp._errors import ChannelClosedError, EndOfChannel, NotShareableError
 
 __all__ = ["ProxyRecvChannel", "ProxySendChannel", "adopt"]
@@ -29,7 +29,7 @@ def adopt(key: int, kind: str, channel_id: int) -> _ProxyEnd:
     """Unpickling of an end the pool passed to this worker process."""
     cls = ProxySendChannel if kind == "send" else ProxyRecvChannel
     end = cls(key, channel_id)
-    from aiosubinterp import _procworker
+    from aiosubinterp._process import worker as _procworker
 
     _procworker.state().proxies[key] = weakref.ref(end)
     return end
@@ -51,7 +51,7 @@ class _ProxyEnd:
         self._closed = False
 
     def _call(self, op: str, *args: object) -> tuple[Any, Any]:
-        from aiosubinterp import _procworker
+        from aiosubinterp._process import worker as _procworker
 
         if self._closed and op != "stats":
             return _core.CHAN_CLOSED, None
@@ -71,7 +71,7 @@ class _ProxyEnd:
             return
         self._call("close")
         self._closed = True
-        from aiosubinterp import _procworker
+        from aiosubinterp._process import worker as _procworker
 
         _procworker.state().proxies.pop(self._key, None)
 
@@ -98,7 +98,7 @@ class _ProxyEnd:
     def __reduce__(self) -> tuple[Any, ...]:
         if self._closed:
             raise ValueError(f"cannot send a closed channel end ({self!r})")
-        from aiosubinterp._procwire import parent_end
+        from aiosubinterp._process.wire import parent_end
 
         return parent_end, (self._key,)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiosubinterp import _channel, _core
-from aiosubinterp._channel import RecvChannel, recv_error
+from aiosubinterp import _core
+from aiosubinterp._channels import ends as _channel
+from aiosubinterp._channels.ends import RecvChannel, recv_error
 
 __all__ = ["select", "select_sync"]
 

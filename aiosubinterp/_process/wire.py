@@ -18,8 +18,9 @@ import socket
 import struct
 from collections.abc import Callable
 
-from aiosubinterp import _core, _marshal
+from aiosubinterp import _core
 from aiosubinterp._errors import NotShareableError
+from aiosubinterp._inside import marshal as _marshal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ def _release(owned: _Owned) -> None:
     # to a helper thread; closing the fd takes no Python lock.
     pool, owned.default_pool = owned.default_pool, None
     if pool is not None:
-        from aiosubinterp import _admin
+        from aiosubinterp._engine import admin as _admin
 
         _admin.spawn(_close_orphan, pool)
     owned.core.close()

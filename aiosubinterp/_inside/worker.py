@@ -7,7 +7,8 @@ load in a subinterpreter; 3.12.1 aborts at exit after one imported asyncio).
 import os
 import sys
 
-from aiosubinterp import _core, _marshal
+from aiosubinterp import _core
+from aiosubinterp._inside import marshal as _marshal
 
 # Imported in every worker at start-up, so it imports little: not
 # `from __future__ import annotations` (the __future__ module), `types` or

@@ -25,8 +25,14 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import _base
 from typing import Any
 
-from aiosubinterp import _chunks, _core, _executor_worker, _lifecycle, _loop, _marshal, _pool
+from aiosubinterp import _core
+from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine import pool as _pool
 from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
+from aiosubinterp._inside import chunks as _chunks
+from aiosubinterp._inside import executor_start as _executor_worker
+from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
 

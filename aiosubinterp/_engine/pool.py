@@ -9,14 +9,19 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiosubinterp import _admin, _core, _lifecycle, _loop, _marshal, _procfallback, _quirks
+from aiosubinterp import _core, _quirks
+from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import fallback as _procfallback
+from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine.introspect import InterpreterInfo
+from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     NotShareableError,
     rebuild,
 )
-from aiosubinterp._interpreters import InterpreterInfo
-from aiosubinterp._task import Task
-from aiosubinterp._worker import coroutine_refusal, coroutines_supported, describe_exception
+from aiosubinterp._inside import marshal as _marshal
+from aiosubinterp._inside.worker import coroutine_refusal, coroutines_supported, describe_exception
 
 __all__ = ["Interpreter", "InterpreterPool", "run"]
 
@@ -426,7 +431,7 @@ class InterpreterPool(_Engine):
         fallback: str | None = None,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
-        # fallback="process" (issue #8): aiosubinterp._procfallback
+        # fallback="process" (issue #8): aiosubinterp._engine.fallback
         self._fallback = _procfallback.make(
             fallback, size=size, initializer=initializer, initargs=initargs,
             max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace)
@@ -444,7 +449,7 @@ class InterpreterPool(_Engine):
         if router is not None:
             self._closed.add_done_callback(lambda _: router.close())
 
-    # -- fallback="process" (issue #8): aiosubinterp._procfallback ----------------
+    # -- fallback="process" (issue #8): aiosubinterp._engine.fallback ----------------
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from aiosubinterp import _core, _marshal
+from aiosubinterp import _core
+from aiosubinterp._inside import marshal as _marshal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
