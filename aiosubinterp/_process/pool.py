@@ -22,22 +22,19 @@ from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
-    BrokenChannelError,
-    ChannelClosedError,
-    EndOfChannel,
     NotShareableError,
     PoolClosedError,
     WorkerCrashedError,
     rebuild,
 )
 from aiosubinterp._inside import marshal as _marshal
+from aiosubinterp._process import ends as _ends
 from aiosubinterp._process import wire as _procwire
 from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
     JOB,
     READY,
-    REPLY,
     REQUEST,
     RESULT,
     SETTINGS,
@@ -53,7 +50,6 @@ __all__ = ["ProcessPool"]
 # Payloads this large are written to the worker by a helper thread, not the loop's.
 _BIG_PAYLOAD = 1 << 20
 
-_DONE = _core.CHAN_DONE
 
 
 class _Job:
@@ -124,7 +120,7 @@ def _error_info(exc: BaseException) -> tuple[Any, ...]:
     return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "", exc)
 
 
-class ProcessPool(_lifecycle.Lifecycle):
+class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
     """A pool of worker processes with InterpreterPool's API.
 
     For code that cannot run in a subinterpreter: extension modules that
@@ -186,11 +182,7 @@ class ProcessPool(_lifecycle.Lifecycle):
         self._settings = 0
         self._settings_body = b""
         self._completed = 0
-        # Channel ends that worker processes hold proxies of: key -> our own end.
-        self._ends: dict[int, _core.ChannelEnd] = {}
-        self._end_keys = itertools.count(1)
-        self._chan_loop: asyncio.AbstractEventLoop | None = None
-        self._chan_thread: threading.Thread | None = None
+        self._init_ends()  # channel ends held for worker processes (_process.ends)
 
     def _check_crosses(self, payload: object) -> None:
         _procwire.close_fds(_procwire.encode(payload, self._refuse_end)[1])
@@ -558,148 +550,6 @@ class ProcessPool(_lifecycle.Lifecycle):
         if listed:
             self._replace()
 
-    # -- channel ends on behalf of workers ------------------------------------------
-
-    def _refuse_end(self, end: object) -> tuple[Any, ...]:
-        raise NotShareableError(f"cannot send {end!r} here: pass channel ends as task arguments")
-
-    def _share_end(self, end: _core.ChannelEnd, keys: list[int] | set[int]) -> tuple[Any, ...]:
-        """Keep a copy of end (the same end) for a worker process; the worker gets a proxy of it."""
-        clone = end._share()
-        if clone is None:
-            raise NotShareableError(
-                f"cannot send a closed channel end ({end!r}) to a worker process: send an open "
-                "end, or clone() it before closing")
-        key = next(self._end_keys)
-        with self._lock:
-            self._ends[key] = clone
-            if isinstance(keys, set):
-                keys.add(key)
-            else:
-                keys.append(key)
-        from aiosubinterp._process import channels as _procchan
-
-        kind = "send" if isinstance(end, _send_type()) else "recv"
-        return _procchan.adopt, (key, kind, end._channel_id)
-
-    def _end_for(self, proc: _Proc) -> Callable[[int], object]:
-        def resolve(key: int) -> object:
-            end = self._ends.get(key)
-            if end is None or end.closed:
-                raise ChannelClosedError(
-                    "a channel end sent by a worker process was closed meanwhile")
-            copy = end._share()  # the same end the worker passed, not a clone
-            if copy is None:
-                raise ChannelClosedError(
-                    "a channel end sent by a worker process was closed meanwhile")
-            return copy
-        return resolve
-
-    def _close_key(self, key: int, proc: _Proc | None = None, close: bool = False) -> None:
-        """Drop our copy of a worker's end; close=True closes the end for every holder."""
-        with self._lock:
-            end = self._ends.pop(key, None)
-            if proc is not None:
-                proc.keys.discard(key)
-        if end is not None and close:
-            end._close()
-
-    def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
-        try:
-            op, key, args = _procwire.decode(body, fds, on_end=self._end_for(proc))
-        except Exception as exc:  # noqa: BLE001 - the worker raises it
-            self._reply(proc, rid, ("error", _error_info_plain(exc)))
-            return
-        end = self._ends.get(key)
-        if end is None:
-            self._reply(proc, rid, (_core.CHAN_CLOSED, None))
-            return
-        if op in ("send", "recv"):
-            loop = self._channel_loop()
-            fut = asyncio.run_coroutine_threadsafe(self._wait_op(proc, rid, end, op, args), loop)
-            proc.requests[rid] = fut
-            return
-        try:
-            if op == "send_nowait":
-                result: tuple[Any, ...] = (end._send_nowait(args[0]), None)
-            elif op == "recv_nowait":
-                status, _, value = end._recv_nowait()
-                result = (status, value)
-            elif op == "close":
-                self._close_key(key, proc, close=True)
-                result = (_DONE, None)
-            elif op == "clone":
-                clone = end._clone()
-                if clone is None:
-                    result = (_core.CHAN_CLOSED, None)
-                else:
-                    new_key = next(self._end_keys)
-                    with self._lock:
-                        self._ends[new_key] = clone
-                        proc.keys.add(new_key)
-                    result = (_DONE, new_key)
-            elif op == "stats":
-                result = (_DONE, end._stats())
-            else:
-                unknown = ValueError(f"unknown channel operation {op!r}")
-                result = ("error", _error_info_plain(unknown))
-        except Exception as exc:  # noqa: BLE001 - the worker raises it
-            result = ("error", _error_info_plain(exc))
-        self._reply(proc, rid, result)
-
-    async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str,
-                       args: tuple[Any, ...]) -> None:
-        timeout = args[-1]
-        try:
-            async with asyncio.timeout(timeout):
-                if op == "send":
-                    await end.send(args[0])
-                    result: tuple[Any, ...] = (_DONE, None)
-                else:
-                    result = (_DONE, await end.recv())
-        except TimeoutError:
-            result = (_core.CHAN_TIMEOUT, None)
-        except asyncio.CancelledError:
-            result = (_core.CHAN_INTERRUPTED, None)  # the worker's task was cancelled
-        except EndOfChannel:
-            result = (_core.CHAN_END, None)
-        except ChannelClosedError:
-            result = (_core.CHAN_CLOSED, None)
-        except BrokenChannelError:
-            result = (_core.CHAN_BROKEN, None)
-        except Exception as exc:  # noqa: BLE001 - the worker raises it
-            result = ("error", _error_info_plain(exc))
-        proc.requests.pop(rid, None)
-        self._reply(proc, rid, result)
-
-    def _reply(self, proc: _Proc, rid: int, result: tuple[Any, ...]) -> None:
-        try:
-            body, fds = _procwire.encode(result, lambda end: self._share_end(end, proc.keys))
-        except Exception as exc:  # noqa: BLE001 - an item that cannot go to a process
-            body, fds = _procwire.encode(("error", _error_info_plain(exc)), self._refuse_end)
-        proc.write(REPLY, rid, body, fds)
-        _procwire.close_fds(fds)
-
-    def _channel_loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop that waits in channel operations for workers (started on first use)."""
-        with self._lock:
-            if self._chan_loop is not None:
-                return self._chan_loop
-            loop = self._chan_loop = asyncio.new_event_loop()
-            thread = self._chan_thread = threading.Thread(
-                target=_run_loop, args=(loop,), daemon=True, name="aiosubinterp-process-channels")
-        thread.start()
-        return loop
-
-    def _stop_chan_loop(self) -> None:
-        with self._lock:
-            loop, thread = self._chan_loop, self._chan_thread
-            self._chan_loop = self._chan_thread = None
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-
     # -- introspection -----------------------------------------------------------
 
     def pids(self) -> list[int]:
@@ -734,12 +584,6 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
         proc.close_fds()
 
 
-def _send_type() -> type:
-    from aiosubinterp._channels.ends import SendChannel
-
-    return SendChannel
-
-
 def _with_exception(info: tuple[Any, ...]) -> tuple[Any, ...]:
     """A worker's error description with its pickled exception rebuilt here (or None)."""
     type_name, message, tb_text, data = info
@@ -752,11 +596,6 @@ def _with_exception(info: tuple[Any, ...]) -> tuple[Any, ...]:
     return (type_name, message, tb_text, exc)
 
 
-def _error_info_plain(exc: BaseException) -> tuple[Any, ...]:
-    """An error for a worker: (type name, message), rebuilt there as RuntimeError if unknown."""
-    return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
-
-
 class _Unraisable:
     def __init__(self, exc: BaseException, what: str) -> None:
         self.exc_type = type(exc)
@@ -764,20 +603,3 @@ class _Unraisable:
         self.exc_traceback = exc.__traceback__
         self.err_msg = f"Exception in {what}'s reader thread"
         self.object = None
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        try:
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
