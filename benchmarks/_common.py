@@ -33,11 +33,12 @@ import os
 import platform
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import _work
@@ -49,32 +50,39 @@ LOOPS = ("asyncio", "uvloop")
 WORKERS = 2
 
 # --------------------------------------------------------------------- statistics
+#
+# One vocabulary for every table: the median (p50) as the value, and a spread
+# beside it: p99 for latencies (many samples), min/max for rates (one per
+# batch or round), p25/p75 where samples are few fresh processes. Warm-up
+# calls never reach these functions: each contender runs and drops them first.
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), interpolating between closest ranks."""
-    data = sorted(values)
-    if not data:
+def percentile(values: Sequence[float], q: int) -> float:
+    """The q-th percentile (q in 0..100), interpolating between closest ranks (numpy's "linear")."""
+    if not values:
         return math.nan
-    pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+    if len(values) == 1 or q <= 0:  # statistics.quantiles needs two points before 3.13
+        return float(min(values))
+    if q >= 100:
+        return float(max(values))
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def median(values: Sequence[float]) -> float:
-    return percentile(values, 50)
+    return statistics.median(values) if values else math.nan
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
+    """p50, p99, mean, stdev, min and max of a contender's samples (NaN when there are none)."""
     if not values:
         return {"n": 0, "p50": math.nan, "p99": math.nan, "mean": math.nan,
-                "min": math.nan, "max": math.nan}
+                "stdev": math.nan, "min": math.nan, "max": math.nan}
     return {
         "n": len(values),
-        "p50": percentile(values, 50),
+        "p50": median(values),
         "p99": percentile(values, 99),
-        "mean": sum(values) / len(values),
+        "mean": statistics.fmean(values),
+        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
         "min": min(values),
         "max": max(values),
     }
@@ -191,6 +199,21 @@ def _status_kib(pid: int | str, key: str, name: str = "status") -> int:
 def rss_kib(pid: int | str = "self") -> int:
     """Resident set size (VmRSS) in KiB."""
     return _status_kib(pid, "VmRSS")
+
+
+def peak_rss_kib(pid: int | str = "self") -> int:
+    """Peak resident set size (VmHWM) in KiB, since start or clear_peak_rss()."""
+    return _status_kib(pid, "VmHWM")
+
+
+def clear_peak_rss() -> bool:
+    """Reset this process's VmHWM to its current RSS (Linux 4.0+); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def pss_kib(pid: int | str = "self") -> int:
@@ -326,67 +349,39 @@ def needs_anyio_runner(kind: str) -> bool:
 async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
                       preload: Sequence[str] = (), warm: bool = True) -> AsyncIterator[Runner]:
     """Start `workers` workers of the given kind; with warm=True, make each run one task first."""
-    ev = asyncio.get_running_loop()
-    if kind == "aiosubinterp":
+    async with _start(kind, loop, workers, tuple(preload)) as runner:
+        if warm:
+            await _warm(runner, workers)
+        yield runner
+
+
+def _executor(kind: str, workers: int, preload: tuple[str, ...]
+              ) -> tuple[Any, Callable[..., Any] | None, str, Callable[[], None]]:
+    """A concurrent.futures contender: (executor, wrapper of each call or None, info, cleanup)."""
+    import concurrent.futures
+
+    if kind == "aiosubinterp-executor":
         import aiosubinterp
 
-        async with aiosubinterp.InterpreterPool(size=workers, preload=tuple(preload)) as pool:
-            runner = Runner(kind, pool.run, pool.submit, f"InterpreterPool(size={workers})")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-    elif kind in ("aiosubinterp-executor", "pep734-executor"):
-        # A concurrent.futures executor awaited through loop.run_in_executor,
-        # as a user of the executor API would.
-        if kind == "pep734-executor":
-            # interpreters-pep-734 (PyPI), the backport of CPython 3.14's
-            # InterpreterPoolExecutor: threads that each drive an interpreter.
-            from interpreters_backport.concurrent.futures import InterpreterPoolExecutor
+        executor = aiosubinterp.InterpreterPoolExecutor(max_workers=workers, preload=preload)
+        return executor, None, f"InterpreterPoolExecutor({workers})", lambda: None
+    if kind == "pep734-executor":
+        # interpreters-pep-734 (PyPI), the backport of CPython 3.14's
+        # InterpreterPoolExecutor: threads that each drive an interpreter.
+        from interpreters_backport.concurrent.futures import InterpreterPoolExecutor
 
-            executor = InterpreterPoolExecutor(max_workers=workers)
-            info = (f"interpreters-pep-734 {_package_version('interpreters-pep-734')} "
-                    f"InterpreterPoolExecutor({workers}), loop.run_in_executor")
-        else:
-            import aiosubinterp
-
-            executor = aiosubinterp.InterpreterPoolExecutor(
-                max_workers=workers, preload=tuple(preload))
-            info = f"InterpreterPoolExecutor({workers}), loop.run_in_executor"
-
-        def call_in(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-            return ev.run_in_executor(executor, fn, *args)
-
-        try:
-            runner = Runner(kind, call_in, call_in, info)
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-        finally:
-            executor.shutdown(wait=True)
-    elif kind == "stdlib-executor":
-        # CPython 3.14's concurrent.futures.InterpreterPoolExecutor, awaited
-        # through loop.run_in_executor as the asyncio documentation shows.
-        import concurrent.futures
-
-        executor = concurrent.futures.InterpreterPoolExecutor(max_workers=workers)
-
-        def call_std(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-            return ev.run_in_executor(executor, fn, *args)
-
-        try:
-            runner = Runner(kind, call_std, call_std,
-                            f"concurrent.futures.InterpreterPoolExecutor({workers}) "
-                            f"(Python {platform.python_version()}), loop.run_in_executor")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-        finally:
-            executor.shutdown(wait=True)
-    elif kind == "stdlib-interpreters":
+        return (InterpreterPoolExecutor(max_workers=workers), None,
+                f"interpreters-pep-734 {_package_version('interpreters-pep-734')} "
+                f"InterpreterPoolExecutor({workers})", lambda: None)
+    if kind == "stdlib-executor":
+        # CPython 3.14's own, awaited as the asyncio documentation shows.
+        return (concurrent.futures.InterpreterPoolExecutor(max_workers=workers), None,
+                f"concurrent.futures.InterpreterPoolExecutor({workers}) "
+                f"(Python {platform.python_version()})", lambda: None)
+    if kind == "stdlib-interpreters":
         # concurrent.interpreters (3.14+) by hand: a ThreadPoolExecutor whose
         # every thread creates one interpreter (on first use) and runs each of
         # its calls there with interp.call(fn, *args).
-        import concurrent.futures
         import concurrent.interpreters
         import threading
 
@@ -402,72 +397,53 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
                     made.append(interp)
             return interp.call(fn, *args)
 
-        threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-
-        def call_interp(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-            return ev.run_in_executor(threads, in_interp, fn, *args)
-
-        try:
-            runner = Runner(kind, call_interp, call_interp,
-                            f"concurrent.interpreters: ThreadPoolExecutor({workers}), one "
-                            "interpreter per thread made on its first call, interp.call(fn, "
-                            "*args), loop.run_in_executor")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-        finally:
-            threads.shutdown(wait=True)
+        def close() -> None:
             for interp in made:
                 interp.close()
+
+        return (concurrent.futures.ThreadPoolExecutor(max_workers=workers), in_interp,
+                f"concurrent.interpreters: ThreadPoolExecutor({workers}), one interpreter per "
+                "thread made on its first call, interp.call(fn, *args)", close)
+    if kind.startswith("procpool-"):
+        import multiprocessing
+
+        method = kind.split("-", 1)[1]
+        executor = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context(method))
+        return executor, None, f"ProcessPoolExecutor({workers}, {method})", lambda: None
+    raise ValueError(f"unknown contender kind {kind!r}")
+
+
+@contextlib.asynccontextmanager
+async def _start(kind: str, loop: str, workers: int,
+                 preload: tuple[str, ...]) -> AsyncIterator[Runner]:
+    """The contenders, one branch each (the concurrent.futures executors in _executor)."""
+    if kind == "aiosubinterp":
+        import aiosubinterp
+
+        async with aiosubinterp.InterpreterPool(size=workers, preload=preload) as pool:
+            yield Runner(kind, pool.run, pool.submit, f"InterpreterPool(size={workers})")
+    elif kind == "aiosubinterp-processes":
+        import aiosubinterp
+
+        async with aiosubinterp.ProcessPool(size=workers, preload=preload) as ppool:
+            yield Runner(kind, ppool.run, ppool.submit, f"ProcessPool(size={workers})")
+    elif kind == "to_thread":
+        import concurrent.futures
+
+        ev = asyncio.get_running_loop()
+        ev.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=workers))
+        yield Runner(kind, asyncio.to_thread, asyncio.to_thread,
+                     f"default executor = ThreadPoolExecutor({workers})")
     elif kind == "aiointerpreters":
         # aiointerpreters (PyPI, 3.14+): Runner(workers=N).start() makes N
         # threads that each create an interpreter and serve a shared queue.
         from aiointerpreters.runner import Runner as AioRunner
 
         with AioRunner(workers=workers).start() as aio:
-            runner = Runner(kind, aio.run, aio.run,
-                            f"aiointerpreters {_package_version('aiointerpreters')} "
-                            f"Runner(workers={workers}).start(), await runner.run(fn, *args)")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-    elif kind == "aiosubinterp-processes":
-        import aiosubinterp
-
-        async with aiosubinterp.ProcessPool(size=workers, preload=tuple(preload)) as ppool:
-            runner = Runner(kind, ppool.run, ppool.submit, f"ProcessPool(size={workers})")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-    elif kind == "to_thread":
-        import concurrent.futures
-
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-        ev.set_default_executor(executor)
-        runner = Runner(kind, asyncio.to_thread, asyncio.to_thread,
-                        f"default executor = ThreadPoolExecutor({workers})")
-        if warm:
-            await _warm(runner, workers)
-        yield runner
-    elif kind.startswith("procpool-"):
-        import concurrent.futures
-        import multiprocessing
-
-        method = kind.split("-", 1)[1]
-        executor = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context(method))
-
-        def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-            return ev.run_in_executor(executor, fn, *args)
-
-        try:
-            runner = Runner(kind, call, call, f"ProcessPoolExecutor({workers}, {method}), "
-                            "loop.run_in_executor")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
-        finally:
-            executor.shutdown(wait=True)
+            yield Runner(kind, aio.run, aio.run,
+                         f"aiointerpreters {_package_version('aiointerpreters')} "
+                         f"Runner(workers={workers}).start(), await runner.run(fn, *args)")
     elif kind in ("anyio.to_interpreter", "anyio.to_interpreter-ungated"):
         import anyio
         import anyio.to_interpreter
@@ -488,14 +464,11 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
                 return await anyio.to_interpreter.run_sync(fn, *args, limiter=limiter)
 
         ungated = kind.endswith("-ungated")
-        runner = Runner(kind, call, call if ungated else gated,
-                        f"anyio {anyio_version()} to_interpreter.run_sync, "
-                        f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
-                        + ("" if ungated else ", concurrent calls gated by a "
-                                              f"Semaphore({workers})"))
-        if warm:
-            await _warm(runner, workers)
-        yield runner
+        yield Runner(kind, call, call if ungated else gated,
+                     f"anyio {_package_version('anyio')} to_interpreter.run_sync, "
+                     f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
+                     + ("" if ungated else ", concurrent calls gated by a "
+                                           f"Semaphore({workers})"))
     elif kind == "aiomultiprocess":
         import aiomultiprocess
 
@@ -504,19 +477,30 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
             import uvloop
 
             init = uvloop.new_event_loop
-        async with aiomultiprocess.Pool(processes=workers, loop_initializer=init) as pool:
+        async with aiomultiprocess.Pool(processes=workers, loop_initializer=init) as mpool:
 
-            def call(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            def apply(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
                 # aiomultiprocess runs coroutine functions only: use fn's async twin.
-                return pool.apply(getattr(_work, "a" + fn.__name__), args)
+                return mpool.apply(getattr(_work, "a" + fn.__name__), args)
 
-            runner = Runner(kind, call, call, f"aiomultiprocess.Pool({workers}) (spawn), "
-                            "async twins of the functions")
-            if warm:
-                await _warm(runner, workers)
-            yield runner
+            yield Runner(kind, apply, apply, f"aiomultiprocess.Pool({workers}) (spawn), "
+                         "async twins of the functions")
     else:
-        raise ValueError(f"unknown contender kind {kind!r}")
+        # A concurrent.futures executor awaited through loop.run_in_executor,
+        # as a user of the executor API would.
+        executor, wrapper, info, cleanup = _executor(kind, workers, preload)
+        ev = asyncio.get_running_loop()
+        if wrapper is None:
+            def in_executor(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+                return ev.run_in_executor(executor, fn, *args)
+        else:
+            def in_executor(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+                return ev.run_in_executor(executor, wrapper, fn, *args)
+        try:
+            yield Runner(kind, in_executor, in_executor, info + ", loop.run_in_executor")
+        finally:
+            executor.shutdown(wait=True)
+            cleanup()
 
 
 async def _warm(runner: Runner, workers: int) -> None:
@@ -524,13 +508,115 @@ async def _warm(runner: Runner, workers: int) -> None:
     await asyncio.gather(*(runner.submit(_work.nap, 0.05) for _ in range(workers)))
 
 
-def anyio_version() -> str:
-    try:
-        from importlib.metadata import version
+def pool_module() -> Any:
+    """aiosubinterp's private pool module, which bench_coldstart instruments.
 
-        return version("anyio")
-    except Exception:  # noqa: BLE001
-        return "?"
+    The one import of a private module of the package in benchmarks/: a
+    rename of the module changes this line only.
+    """
+    from aiosubinterp._engine import pool as _pool
+
+    return _pool
+
+
+# ------------------------------------------------------------------ measuring
+
+
+def time_batches(count: int, batch: Callable[[], list[Any]],
+                 check: Callable[[list[Any]], None]) -> list[Meter]:
+    """Run batch() `count` times, each under a Meter; check() its results outside the timing."""
+    meters = []
+    for _ in range(count):
+        with Meter() as meter:
+            results = batch()
+        check(results)
+        meters.append(meter)
+    return meters
+
+
+async def time_batches_async(count: int, batch: Callable[[], Awaitable[list[Any]]],
+                             check: Callable[[list[Any]], None]) -> list[Meter]:
+    """time_batches() for a batch that is awaited (a gather of submitted tasks)."""
+    meters = []
+    for _ in range(count):
+        with Meter() as meter:
+            results = await batch()
+        check(results)
+        meters.append(meter)
+    return meters
+
+
+def batch_result(meters: list[Meter], tasks: int, info: str, **extra: Any) -> dict[str, Any]:
+    """A child's result for timed batches of `tasks` tasks: wall times, rates, load."""
+    return {"wall": [m.wall for m in meters], "rate": [tasks / m.wall for m in meters],
+            "tasks": tasks, "info": info,
+            "cpu_per_wall": median([m.cpu_per_wall for m in meters]),
+            "other_cores": median([m.other_cores for m in meters]), **extra}
+
+
+async def time_calls(call: Callable[..., Awaitable[Any]], n: int,
+                     warmup: int) -> tuple[list[float], Meter]:
+    """`warmup` untimed awaits of call(noop, i), then `n` awaits each timed: (µs, Meter).
+
+    The loop is kept bare (local names, integer clock) since its own cost is
+    part of every sample.
+    """
+    noop = _work.noop
+    for i in range(warmup):
+        await call(noop, i)
+    samples = [0] * n
+    wrong = 0
+    clock = time.perf_counter_ns
+    with Meter() as meter:
+        for i in range(n):
+            t0 = clock()
+            r = await call(noop, i)
+            samples[i] = clock() - t0
+            if r != i:
+                wrong += 1
+    if wrong:
+        raise AssertionError(f"{wrong} of {n} calls of noop(i) returned a wrong result")
+    return [s / 1000 for s in samples], meter
+
+
+# CPU-bound batches of _work.spin(n) (bench_cpu_scaling, bench_dask).
+
+
+def calibrate_spin(params: dict[str, Any]) -> dict[str, Any]:
+    """Set params['n'] so that spin(n) takes params['task_seconds'] in this process."""
+    probe = 200_000
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        _work.spin(probe)
+        best = min(best, time.perf_counter() - t0)
+    params["n"] = max(1000, int(probe * params["task_seconds"] / best))
+    return params
+
+
+def check_spin(n: int) -> Callable[[list[Any]], None]:
+    """A check for time_batches(): every result is spin(n)'s."""
+    want = _work.expected_spin(n)
+
+    def check(results: list[Any]) -> None:
+        bad = sum(1 for r in results if r != want)
+        if bad:
+            raise AssertionError(f"{bad} of {len(results)} spin({n}) results are wrong")
+
+    return check
+
+
+def serial_spin(info: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
+    """The serial baseline: params['batches'] batches of params['tasks'] spin(n) in one process."""
+
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        n, tasks = params["n"], params["tasks"]
+        _work.spin(n // 10)
+        meters = time_batches(params["batches"], lambda: [_work.spin(n) for _ in range(tasks)],
+                              check_spin(n))
+        return batch_result(meters, tasks, info)
+
+    return run
 
 
 # ------------------------------------------------------------------ reporting
@@ -638,6 +724,73 @@ def collect(rounds: list[dict[str, Any]], key: str) -> list[float]:
         elif value is not None:
             out.append(value)
     return out
+
+
+class Table:
+    """One markdown table with a row per contender, in the order the contenders ran.
+
+    ``for name, good in table.each(results)`` visits the contenders with at
+    least one good round; the others get their error row, and every visited
+    contender's ``info`` goes to ``table.infos``. A visited contender's row is
+    ``table.add(name, *cells)`` (the name cell is added, with the count of
+    failed rounds if any); ``table.set`` fills a column afterwards.
+    """
+
+    def __init__(self, headers: list[str], heading: str = "", error_col: int = 1) -> None:
+        self.headers = headers
+        self.heading = heading
+        self.error_col = error_col
+        self.rows: dict[str, list[str]] = {}
+        self.infos: list[str] = []
+        self._labels: dict[str, str] = {}
+
+    def each(self, results: dict[str, list[dict[str, Any]]], also: Sequence[Table] = ()
+             ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """Visit the contenders that have good rounds; `also`: more tables with a row each."""
+        tables = (self, *also)
+        for name, rounds in results.items():
+            good, error = ok_rounds(rounds)
+            if not good:
+                for t in tables:
+                    row = [name] + [""] * (len(t.headers) - 1)
+                    row[t.error_col] = error_cell(error or "no result")
+                    t.rows[name] = row
+                continue
+            failed = len(rounds) - len(good)
+            for t in tables:
+                t._labels[name] = name + (f" ({failed}/{len(rounds)} rounds failed)"
+                                          if failed else "")
+            if "info" in good[0]:
+                self.infos.append(f"{name}: {good[0]['info']}")
+            yield name, good
+
+    def add(self, name: str, *cells: str) -> None:
+        row = [self._labels.get(name, name), *cells]
+        self.rows[name] = row + [""] * (len(self.headers) - len(row))
+
+    def set(self, name: str, column: int, text: str) -> None:
+        if name in self._labels:  # not on error rows
+            self.rows[name][column] = text
+
+    def section(self) -> tuple[str, list[str], list[list[str]]]:
+        """The (heading, headers, rows) that Report.tables holds."""
+        return self.heading, self.headers, list(self.rows.values())
+
+
+def latency_cells(s: dict[str, float], digits: int = 1) -> list[str]:
+    """p50 and p99 cells of a summarize() result."""
+    return [fmt(s["p50"], digits), fmt(s["p99"], digits)]
+
+
+def rate_cells(values: list[float], digits: int = 0) -> list[str]:
+    """Median, min and max cells of per-batch (or per-round) values."""
+    return [fmt(median(values), digits), fmt(min(values), digits), fmt(max(values), digits)]
+
+
+def quartile_cells(values: list[float], digits: int = 2) -> list[str]:
+    """Median, p25 and p75 cells (few samples: one per fresh process)."""
+    return [fmt(median(values), digits), fmt(percentile(values, 25), digits),
+            fmt(percentile(values, 75), digits)]
 
 
 # ------------------------------------------------------------------ meta data

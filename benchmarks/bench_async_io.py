@@ -85,24 +85,17 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "median tasks/s", "min", "max", "c=N vs it",
+                           *_common.LOAD_HEADERS])
     med: dict[str, float] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", *[""] * 2])
-            continue
+    for name, good in table.each(results):
         rates = _common.collect(good, "rate")
         med[name] = _common.median(rates)
-        rows.append([name, _common.fmt(med[name], 0), _common.fmt(min(rates), 0),
-                     _common.fmt(max(rates), 0), "", *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
+        table.add(name, *_common.rate_cells(rates), "", *_common.load_cells(good))
     ours = med.get(CN)
-    for row in rows:
-        if row[0] in med and ours:
-            row[4] = _common.fmt_ratio(ours / med[row[0]])
-    headers = ["contender", "median tasks/s", "min", "max", "c=N vs it", *_common.LOAD_HEADERS]
+    if ours:
+        for name, rate in med.items():
+            table.set(name, 4, _common.fmt_ratio(ours / rate))
     targets = [
         _common.Target("(info) c=N tasks/s / aiomultiprocess c=N",
                        _common.ratio(ours, med.get(AMP)),
@@ -116,9 +109,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"submitted at once, N = {params['conc']}; rates are medians over {params['rounds']} "
         "rounds.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"median_tasks_per_s": med})
+    return _common.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
 
 
 if __name__ == "__main__":

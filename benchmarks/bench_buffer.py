@@ -48,15 +48,6 @@ MIB = 1024 * 1024
 CASES = [(1, "len"), (1, "echo"), (64, "len"), (64, "echo")]
 
 
-def _clear_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def contender(kind: str):
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         async def body() -> dict[str, Any]:
@@ -76,7 +67,7 @@ def contender(kind: str):
                     peak = None
                     if kind == "aiosubinterp" and mib == 64 and op == "echo":
                         base = _common.rss_kib()
-                        have_peak = _clear_peak()
+                        have_peak = _common.clear_peak_rss()
                     for _ in range(n):
                         t0 = time.perf_counter_ns()
                         size = await call()
@@ -84,7 +75,7 @@ def contender(kind: str):
                         if size != len(payload):
                             raise AssertionError(f"{kind} {op}: got {size} bytes back")
                     if kind == "aiosubinterp" and mib == 64 and op == "echo" and have_peak:
-                        peak = _common._status_kib("self", "VmHWM") - base
+                        peak = _common.peak_rss_kib() - base
                     out[f"{mib}MiB-{op}"] = samples
                     if peak is not None:
                         out["peak_kib"] = peak
@@ -124,28 +115,20 @@ def _make_call(kind, runner, fn, op, payload):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    stats: dict[tuple[str, str], dict[str, float]] = {}
-    rows = []
-    infos = []
-    peaks = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            cell = _common.error_cell(error or "no result")
-            rows.append([name, cell] + [""] * (len(CASES) * 2 - 1))
-            continue
-        row = [name]
-        for mib, op in CASES:
-            key = f"{mib}MiB-{op}"
-            s = _common.summarize(_common.collect(good, key))
-            stats[(name, key)] = s
-            row += [_common.fmt(s["p50"]), _common.fmt(s["p99"])]
-        rows.append(row)
-        infos.append(f"{name}: {good[0]['info']}")
-        peaks += [r["peak_kib"] for r in good if "peak_kib" in r]
     headers = ["contender"]
     for mib, op in CASES:
         headers += [f"{mib} MiB {op} p50 µs", "p99 µs"]
+    table = _common.Table(headers)
+    stats: dict[tuple[str, str], dict[str, float]] = {}
+    peaks = []
+    for name, good in table.each(results):
+        cells = []
+        for mib, op in CASES:
+            key = f"{mib}MiB-{op}"
+            s = stats[(name, key)] = _common.summarize(_common.collect(good, key))
+            cells += _common.latency_cells(s)
+        table.add(name, *cells)
+        peaks += [r["peak_kib"] for r in good if "peak_kib" in r]
 
     def p50(name: str, key: str) -> float | None:
         return stats.get((name, key), {}).get("p50")
@@ -174,9 +157,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"per round: {params['n_small']} calls per 1 MiB case, {params['n_large']} per 64 MiB "
         f"case (fork pool: a tenth, at least 3), after {params['warmup']} warm-up calls; "
         f"{params['rounds']} rounds.",
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes,
+    return _common.Report([table.section()], targets, notes,
                           {"stats": {f"{k[0]} {k[1]}": v for k, v in stats.items()},
                            "peak_kib": peaks})
 

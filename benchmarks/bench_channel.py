@@ -216,27 +216,20 @@ CONTENDERS = {"aiosubinterp": _ours, "mp.Queue": _mpq, "thread+asyncio.Queue": _
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "small items/s interp->loop",
+                           "small items/s loop->interp", "1 MiB MB/s interp->loop",
+                           "1 MiB MB/s loop->interp", "ping-pong p50 us", "ping-pong p99 us"])
     med: dict[str, dict[str, float]] = {}
-    rows = []
     keys = ["small_i2l", "small_l2i", "big_i2l", "big_l2i"]
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", ""])
-            continue
+    for name, good in table.each(results):
         m = {k: _common.median(_common.collect(good, k)) if k in good[0] else float("nan")
              for k in keys}
         if "ping_us" in good[0]:
-            lat = _common.collect(good, "ping_us")
-            m["ping_p50"] = _common.percentile(lat, 50)
-            m["ping_p99"] = _common.percentile(lat, 99)
+            s = _common.summarize(_common.collect(good, "ping_us"))
+            m["ping_p50"], m["ping_p99"] = s["p50"], s["p99"]
         med[name] = m
-        rows.append([name, _common.fmt(m["small_i2l"], 0), _common.fmt(m["small_l2i"], 0),
-                     _common.fmt(m["big_i2l"], 0), _common.fmt(m["big_l2i"], 0),
-                     _common.fmt(m.get("ping_p50"), 1), _common.fmt(m.get("ping_p99"), 1)])
-    headers = ["contender", "small items/s interp->loop", "small items/s loop->interp",
-               "1 MiB MB/s interp->loop", "1 MiB MB/s loop->interp",
-               "ping-pong p50 us", "ping-pong p99 us"]
+        table.add(name, *(_common.fmt(m[k], 0) for k in keys),
+                  _common.fmt(m.get("ping_p50"), 1), _common.fmt(m.get("ping_p99"), 1))
     ours = med.get("aiosubinterp", {})
     mpq = med.get("mp.Queue", {})
     thr = med.get("thread+asyncio.Queue", {})
@@ -266,7 +259,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "thread+asyncio.Queue: items are shared objects (no copy); it only measures the "
         "thread -> loop direction.",
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"medians": med})
+    return _common.Report([table.section()], targets, notes, {"medians": med})
 
 
 if __name__ == "__main__":

@@ -89,8 +89,8 @@ def _instrumented_bootstrap(source: str, fd: int) -> str:
 
 def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
     import aiosubinterp
-    from aiosubinterp._engine import pool as _pool
 
+    _pool = _common.pool_module()
     pool_class = aiosubinterp.InterpreterPool
     rfd, wfd = os.pipe()
     marks: dict[str, list[tuple[int, float]]] = {}
@@ -300,25 +300,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         for part in names:
             values = [r["parts"][part] for r in good]
             parts[part] = _common.median(values)
-            rows.append([part, _common.fmt(parts[part], 2),
-                         _common.fmt(_common.percentile(values, 25), 2),
-                         _common.fmt(_common.percentile(values, 75), 2)])
-        s = _common.summarize(_common.collect(good, "first_result_ms"))
+            rows.append([part, *_common.quartile_cells(values)])
+        totals = _common.collect(good, "first_result_ms")
+        s = _common.summarize(totals)
         first[name] = s["p50"]
-        rows.append(["= first result (median of totals)", _common.fmt(s["p50"], 2),
-                     _common.fmt(_common.percentile(_common.collect(good, "first_result_ms"), 25),
-                                 2),
-                     _common.fmt(_common.percentile(_common.collect(good, "first_result_ms"), 75),
-                                 2)])
+        rows.append(["= first result (median of totals)", *_common.quartile_cells(totals)])
         keys = [("cpu_ms", "(CPU time of the process, all threads)")]
         if name == "aiosubinterp":
             keys += [("w1_ready_ms", "(first worker ready)"), ("ready_ms", "(async with returned)")]
         for key, label in keys:
-            v = _common.collect(good, key)
-            rows.append([label, _common.fmt(_common.median(v), 2),
-                         _common.fmt(_common.percentile(v, 25), 2),
-                         _common.fmt(_common.percentile(v, 75), 2)])
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} failed)" if error else ""
+            rows.append([label, *_common.quartile_cells(_common.collect(good, key))])
+        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
         tables.append((f"{name}{failed} ({len(good)} fresh processes):",
                        ["part", "median ms", "p25", "p75"], rows))
         cpu[name] = _common.median(_common.collect(good, "cpu_ms"))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from typing import Any
 
 import _common
@@ -48,44 +47,10 @@ print(time.process_time() - c0, ok, flush=True)
 """
 
 
-def calibrate(params: dict[str, Any]) -> dict[str, Any]:
-    """Pick n so that spin(n) takes params['task_seconds'] in a plain process here."""
-    probe = 200_000
-    best = min(_timed(probe) for _ in range(3))
-    params["n"] = max(1000, int(probe * params["task_seconds"] / best))
-    return params
-
-
-def _timed(n: int) -> float:
-    t0 = time.perf_counter()
-    _work.spin(n)
-    return time.perf_counter() - t0
-
-
-def _check(results: list[int], n: int) -> None:
-    want = _work.expected_spin(n)
-    bad = sum(1 for r in results if r != want)
-    if bad:
-        raise AssertionError(f"{bad} of {len(results)} spin({n}) results are wrong")
-
-
-def run_serial(params: dict[str, Any], loop: str) -> dict[str, Any]:
-    n, tasks = params["n"], params["tasks"]
-    _work.spin(n // 10)
-    walls, meters = [], []
-    for _ in range(params["batches"]):
-        with _common.Meter() as meter:
-            results = [_work.spin(n) for _ in range(tasks)]
-        _check(results, n)
-        walls.append(meter.wall)
-        meters.append(meter.result())
-    return _result(walls, meters, "one plain process, no event loop")
-
-
 def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
     n, tasks, workers = params["n"], params["tasks"], _common.WORKERS
     per = tasks // workers
-    walls, meters = [], []
+    meters = []
     for _ in range(params["batches"]):
         procs = [subprocess.Popen([sys.executable, "-c", PLAIN_CHILD, str(n), str(per)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -106,10 +71,9 @@ def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
                 p.wait()
         if not all(len(o) == 2 and o[1] == "True" for o in outs):
             raise AssertionError(f"plain processes reported {outs!r}")
-        walls.append(meter.wall)
-        meters.append(meter.result())
-    return _result(walls, meters, f"{workers} x `python -c` (Popen), {per} tasks each, "
-                   "timed from 'go' to both done")
+        meters.append(meter)
+    return _common.batch_result(meters, tasks, f"{workers} x `python -c` (Popen), {per} tasks "
+                                "each, timed from 'go' to both done")
 
 
 def pool_contender(kind: str):
@@ -118,55 +82,34 @@ def pool_contender(kind: str):
 
         async def body() -> dict[str, Any]:
             async with _common.open_runner(kind, loop) as runner:
-                await asyncio.gather(*(runner.submit(_work.spin, n // 10)
+                submit = runner.submit
+                await asyncio.gather(*(submit(_work.spin, n // 10)
                                        for _ in range(_common.WORKERS)))
-                walls, meters = [], []
-                for _ in range(params["batches"]):
-                    with _common.Meter() as meter:
-                        results = await asyncio.gather(*(runner.submit(_work.spin, n)
-                                                         for _ in range(tasks)))
-                    _check(results, n)
-                    walls.append(meter.wall)
-                    meters.append(meter.result())
-                return _result(walls, meters, runner.info)
+                meters = await _common.time_batches_async(
+                    params["batches"],
+                    lambda: asyncio.gather(*(submit(_work.spin, n) for _ in range(tasks))),
+                    _common.check_spin(n))
+                return _common.batch_result(meters, tasks, runner.info)
 
         return _common.run_async(body, loop)
 
     return run
 
 
-def _result(walls: list[float], meters: list[dict[str, float]], info: str) -> dict[str, Any]:
-    return {"wall": walls, "info": info,
-            "cpu_per_wall": _common.median([m["cpu_per_wall"] for m in meters]),
-            "other_cores": _common.median([m["other_cores"] for m in meters])}
-
-
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "batch s (median)", "min", "max", "speedup vs serial",
+                           "vs plain processes", *_common.LOAD_HEADERS])
     med: dict[str, float] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", "", ""])
-            continue
+    for name, good in table.each(results):
         walls = _common.collect(good, "wall")
         med[name] = _common.median(walls)
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        rows.append([name + failed, _common.fmt(med[name], 3), _common.fmt(min(walls), 3),
-                     _common.fmt(max(walls), 3), "", "", *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
+        table.add(name, *_common.rate_cells(walls, 3), "", "", *_common.load_cells(good))
     serial = med.get("serial")
     plain_speedup = _common.ratio(serial, med.get(PLAIN))
-    speedups = {}
-    for row in rows:
-        name = row[0]
-        if name in med:
-            speedups[name] = _common.ratio(serial, med[name])
-            row[4] = _common.fmt_ratio(speedups[name])
-            row[5] = _common.fmt_ratio(_common.ratio(speedups[name], plain_speedup))
-    headers = ["contender", "batch s (median)", "min", "max", "speedup vs serial",
-               "vs plain processes", *_common.LOAD_HEADERS]
+    speedups = {name: _common.ratio(serial, m) for name, m in med.items()}
+    for name, speedup in speedups.items():
+        table.set(name, 4, _common.fmt_ratio(speedup))
+        table.set(name, 5, _common.fmt_ratio(_common.ratio(speedup, plain_speedup)))
     ours = speedups.get("aiosubinterp")
     targets = [
         _common.Target("speedup / 2 plain processes' speedup", _common.ratio(ours, plain_speedup),
@@ -182,15 +125,16 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "CPU/wall near 2.0 means both cores worked for the contender; with other load > 0 the "
         "parallel contenders lose cores to the rest of the machine, the serial baseline less so.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes,
+    return _common.Report([table.section()], targets, notes,
                           {"median_batch_s": med, "speedup": speedups,
                            "plain_speedup": plain_speedup})
 
 
 if __name__ == "__main__":
-    contenders = {"serial": run_serial, PLAIN: run_plain}
+    contenders = {"serial": _common.serial_spin("one plain process, no event loop"),
+                   PLAIN: run_plain}
     contenders.update(
         {k: pool_contender(k) for k in ("aiosubinterp", "procpool-fork", "to_thread")})
     sys.exit(_common.main(
@@ -200,5 +144,5 @@ if __name__ == "__main__":
         full={"tasks": 8, "task_seconds": 0.2, "batches": 3, "rounds": 3},
         quick={"tasks": 8, "task_seconds": 0.03, "batches": 1, "rounds": 1},
         report=report,
-        prepare=calibrate,
+        prepare=_common.calibrate_spin,
     ))

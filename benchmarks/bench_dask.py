@@ -23,54 +23,12 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import _common
 import _work
 
 NAMES = ["serial", "dask threads", "dask interpreters"]
-
-
-def calibrate(params: dict[str, Any]) -> dict[str, Any]:
-    """Pick n so that spin(n) takes params['task_seconds'] in a plain process here."""
-    probe = 200_000
-    best = min(_timed(probe) for _ in range(3))
-    params["n"] = max(1000, int(probe * params["task_seconds"] / best))
-    return params
-
-
-def _timed(n: int) -> float:
-    t0 = time.perf_counter()
-    _work.spin(n)
-    return time.perf_counter() - t0
-
-
-def _check(results: list[int], n: int) -> None:
-    want = _work.expected_spin(n)
-    bad = sum(1 for r in results if r != want)
-    if bad:
-        raise AssertionError(f"{bad} of {len(results)} spin({n}) results are wrong")
-
-
-def _result(walls: list[float], meters: list[dict[str, float]], tasks: int,
-            info: str) -> dict[str, Any]:
-    return {"wall": walls, "throughput": [tasks / w for w in walls], "info": info,
-            "cpu_per_wall": _common.median([m["cpu_per_wall"] for m in meters]),
-            "other_cores": _common.median([m["other_cores"] for m in meters])}
-
-
-def run_serial(params: dict[str, Any], loop: str) -> dict[str, Any]:
-    n, tasks = params["n"], params["tasks"]
-    _work.spin(n // 10)
-    walls, meters = [], []
-    for _ in range(params["batches"]):
-        with _common.Meter() as meter:
-            results = [_work.spin(n) for _ in range(tasks)]
-        _check(results, n)
-        walls.append(meter.wall)
-        meters.append(meter.result())
-    return _result(walls, meters, tasks, "one plain process, no Dask")
 
 
 def dask_contender(interpreters: bool):
@@ -94,43 +52,30 @@ def dask_contender(interpreters: bool):
             with annotate:
                 # Warm-up: starts the interpreters (or threads), imports _work everywhere.
                 client.gather(client.map(_work.spin, [n // 10] * (2 * workers), pure=False))
-                walls, meters = [], []
-                for _ in range(params["batches"]):
-                    with _common.Meter() as meter:
-                        results = client.gather(client.map(_work.spin, [n] * tasks, pure=False))
-                    _check(results, n)
-                    walls.append(meter.wall)
-                    meters.append(meter.result())
+                meters = _common.time_batches(
+                    params["batches"],
+                    lambda: client.gather(client.map(_work.spin, [n] * tasks, pure=False)),
+                    _common.check_spin(n))
         kind = ("DaskInterpreterPlugin, tasks annotated executor='interpreters'" if interpreters
                 else "the worker's default ThreadPoolExecutor")
-        return _result(walls, meters, tasks,
-                       f"LocalCluster(n_workers=1, threads_per_worker={workers}, processes=True); "
-                       f"{kind}")
+        return _common.batch_result(
+            meters, tasks,
+            f"LocalCluster(n_workers=1, threads_per_worker={workers}, processes=True); {kind}")
 
     return run
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "tasks/s (median)", "min", "max", "vs dask threads",
+                           *_common.LOAD_HEADERS])
     med: dict[str, float] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", ""])
-            continue
-        rates = _common.collect(good, "throughput")
+    for name, good in table.each(results):
+        rates = _common.collect(good, "rate")
         med[name] = _common.median(rates)
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        rows.append([name + failed, _common.fmt(med[name], 2), _common.fmt(min(rates), 2),
-                     _common.fmt(max(rates), 2), "", *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
+        table.add(name, *_common.rate_cells(rates, 2), "", *_common.load_cells(good))
     threads = med.get("dask threads")
-    for row in rows:
-        if row[0] in med:
-            row[4] = _common.fmt_ratio(_common.ratio(med[row[0]], threads))
-    headers = ["contender", "tasks/s (median)", "min", "max", "vs dask threads",
-               *_common.LOAD_HEADERS]
+    for name, rate in med.items():
+        table.set(name, 4, _common.fmt_ratio(_common.ratio(rate, threads)))
     speedup = _common.ratio(med.get("dask interpreters"), threads)
     targets = [
         _common.Target("Dask worker: interpreter executor / thread executor throughput",
@@ -143,15 +88,15 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "Each Dask contender starts its own LocalCluster (one worker process, loopback TCP); "
         "its start-up is not timed.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes,
+    return _common.Report([table.section()], targets, notes,
                           {"median_tasks_per_s": med, "interpreters_vs_threads": speedup})
 
 
 if __name__ == "__main__":
-    contenders = {"serial": run_serial, "dask threads": dask_contender(False),
-                  "dask interpreters": dask_contender(True)}
+    contenders = {"serial": _common.serial_spin("one plain process, no Dask"),
+                  "dask threads": dask_contender(False), "dask interpreters": dask_contender(True)}
     sys.exit(_common.main(
         doc=__doc__,
         title="bench_dask: pure-Python CPU tasks on a 1-worker, 2-thread Dask LocalCluster",
@@ -159,5 +104,5 @@ if __name__ == "__main__":
         full={"tasks": 40, "task_seconds": 0.05, "batches": 3, "rounds": 3},
         quick={"tasks": 16, "task_seconds": 0.02, "batches": 1, "rounds": 1},
         report=report,
-        prepare=calibrate,
+        prepare=_common.calibrate_spin,
     ))

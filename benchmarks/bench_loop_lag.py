@@ -87,28 +87,17 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "lag p50 ms", "lag p99 ms", "lag max ms", "ticks/s",
+                           "busy s", "work done (M adds)", *_common.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", "", "",
-                         ""])
-            continue
-        s = _common.summarize(_common.collect(good, "lag_ms"))
-        stats[name] = s
+    for name, good in table.each(results):
+        s = stats[name] = _common.summarize(_common.collect(good, "lag_ms"))
         ticks = _common.median(_common.collect(good, "ticks"))
         work = _common.median(_common.collect(good, "work_chunks"))
         wall = _common.median(_common.collect(good, "wall"))
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        rows.append([name + failed, _common.fmt(s["p50"], 3), _common.fmt(s["p99"], 3),
-                     _common.fmt(s["max"], 2), f"{ticks / wall:,.0f}" if wall else "–",
-                     _common.fmt(wall, 2), f"{work / 1000:,.1f}" if name != IDLE else "–",
-                     *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
-    headers = ["contender", "lag p50 ms", "lag p99 ms", "lag max ms", "ticks/s", "busy s",
-               "work done (M adds)", *_common.LOAD_HEADERS]
+        table.add(name, *_common.latency_cells(s, 3), _common.fmt(s["max"], 2),
+                  f"{ticks / wall:,.0f}" if wall else "–", _common.fmt(wall, 2),
+                  f"{work / 1000:,.1f}" if name != IDLE else "–", *_common.load_cells(good))
     ours = stats.get("aiosubinterp", {}).get("p99", float("nan"))
     idle = stats.get(IDLE, {}).get("p99")
     targets = [
@@ -127,9 +116,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "rounds); a GIL-bound contender does about half the work of a parallel one, in the same "
         "wall time.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"lag_ms": stats})
+    return _common.Report([table.section()], targets, notes, {"lag_ms": stats})
 
 
 if __name__ == "__main__":

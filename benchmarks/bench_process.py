@@ -40,24 +40,16 @@ def contender(kind: str):
         async def body() -> dict[str, Any]:
             async with _common.open_runner(kind, loop) as runner:
                 call = runner.run
-                for i in range(warmup):
-                    await call(_work.noop, i)
-                samples = [0] * n
-                clock = time.perf_counter_ns
-                with _common.Meter() as meter:
-                    for i in range(n):
-                        t0 = clock()
-                        r = await call(_work.noop, i)
-                        samples[i] = clock() - t0
-                        if r != i:
-                            raise AssertionError(f"noop({i}) returned {r!r}")
-                    t0 = clock()
+                await _common.time_calls(call, warmup, 0)  # warm-up, dropped
+                with _common.Meter() as meter:  # the round trips and the batch
+                    us, _ = await _common.time_calls(call, n, 0)
+                    t0 = time.perf_counter()
                     got = await asyncio.gather(*(call(_work.noop, i) for i in range(batch)))
-                    elapsed = (clock() - t0) / 1e9
+                    elapsed = time.perf_counter() - t0
                 if got != list(range(batch)):
                     raise AssertionError("a batched call returned a wrong result")
-                return {"us": [s / 1000 for s in samples], "per_s": batch / elapsed,
-                        "info": runner.info, **meter.result()}
+                return {"us": us, "per_s": batch / elapsed, "info": runner.info,
+                        **meter.result()}
 
         return _common.run_async(body, loop)
 
@@ -65,28 +57,19 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
+                           "calls/s vs ours", *_common.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", "", ""])
-            continue
-        s = _common.summarize(_common.collect(good, "us"))
-        s["per_s"] = _common.median([r["per_s"] for r in good])
-        stats[name] = s
-        rows.append([name, _common.fmt(s["p50"]), _common.fmt(s["p99"]), "",
-                     _common.fmt(s["per_s"], 0), "", *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
+    for name, good in table.each(results):
+        s = stats[name] = _common.summarize(_common.collect(good, "us"))
+        s["per_s"] = _common.median(_common.collect(good, "per_s"))
+        table.add(name, *_common.latency_cells(s), "", _common.fmt(s["per_s"], 0), "",
+                  *_common.load_cells(good))
     ours = stats.get("aiosubinterp-processes", {})
-    for row in rows:
-        s = stats.get(row[0])
-        if s is not None and ours:
-            row[3] = _common.fmt_ratio(s["p50"] / ours["p50"])
-            row[5] = _common.fmt_ratio(s["per_s"] / ours["per_s"])
-    headers = ["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
-               "calls/s vs ours", *_common.LOAD_HEADERS]
+    if ours:
+        for name, s in stats.items():
+            table.set(name, 3, _common.fmt_ratio(s["p50"] / ours["p50"]))
+            table.set(name, 5, _common.fmt_ratio(s["per_s"] / ours["per_s"]))
     pools = [n for n in POOLS if n in stats]
     best = min(pools, key=lambda n: stats[n]["p50"]) if pools else None
     best_tp = max(pools, key=lambda n: stats[n]["per_s"]) if pools else None
@@ -104,9 +87,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"calls, then one gather of {params['batch']} calls; p50/p99 over all rounds' samples, "
         "calls/s the median of the rounds.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"stats": stats})
+    return _common.Report([table.section()], targets, notes, {"stats": stats})
 
 
 if __name__ == "__main__":

@@ -32,11 +32,9 @@ Run: ``python benchmarks/bench_roundtrip.py [--quick] [--json] [--loop uvloop]``
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import _common
-import _work
 
 NAMES = [
     "aiosubinterp",
@@ -64,22 +62,8 @@ def contender(kind: str):
 
         async def body() -> dict[str, Any]:
             async with _common.open_runner(kind, loop) as runner:
-                call = runner.run
-                for i in range(warmup):
-                    await call(_work.noop, i)
-                samples = [0] * n
-                wrong = 0
-                clock = time.perf_counter_ns
-                with _common.Meter() as meter:
-                    for i in range(n):
-                        t0 = clock()
-                        r = await call(_work.noop, i)
-                        samples[i] = clock() - t0
-                        if r != i:
-                            wrong += 1
-                if wrong:
-                    raise AssertionError(f"{wrong} of {n} calls returned a wrong result")
-                return {"us": [s / 1000 for s in samples], "info": runner.info, **meter.result()}
+                us, meter = await _common.time_calls(runner.run, n, warmup)
+                return {"us": us, "info": runner.info, **meter.result()}
 
         return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
 
@@ -87,27 +71,17 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
+                           *_common.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, _common.error_cell(error or "no result"), "", "", "", "", ""])
-            continue
-        s = _common.summarize(_common.collect(good, "us"))
-        stats[name] = s
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        rows.append([name + failed, _common.fmt(s["p50"]), _common.fmt(s["p99"]),
-                     _common.fmt(s["mean"]), "", *_common.load_cells(good)])
-        infos.append(f"{name}: {good[0]['info']}")
+    for name, good in table.each(results):
+        s = stats[name] = _common.summarize(_common.collect(good, "us"))
+        table.add(name, *_common.latency_cells(s), _common.fmt(s["mean"]), "",
+                  *_common.load_cells(good))
     ours = stats.get("aiosubinterp", {}).get("p50")
-    for row in rows:
-        s = stats.get(row[0])
-        if s is not None and ours:
-            row[4] = _common.fmt_ratio(s["p50"] / ours)
-    headers = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
-               *_common.LOAD_HEADERS]
+    if ours:
+        for name, s in stats.items():
+            table.set(name, 4, _common.fmt_ratio(s["p50"] / ours))
 
     def p50(name: str) -> float | None:
         return stats.get(name, {}).get("p50")
@@ -137,9 +111,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"per contender); {', '.join(SLOW)}: {params['n_slow']} awaits after "
         f"{params['warmup_slow']} warm-up calls per round (~10 ms each; fewer keep the run short).",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"stats": stats})
+    return _common.Report([table.section()], targets, notes, {"stats": stats})
 
 
 if __name__ == "__main__":

@@ -148,38 +148,33 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    start_rows, mem_rows, infos = [], [], []
+    start = _common.Table(["contender", "first result p50 ms", "p99 ms", "max ms", "ready ms",
+                           "first task ms", "next task ms", "import ms"],
+                          "Start to first result (ms):")
+    mem = _common.Table(["contender", "RSS added MiB", "per worker", "PSS added MiB",
+                         "of which this process", "processes added"],
+                        "Memory added by 2 warm workers:")
     first: dict[str, float] = {}
     rss: dict[str, float] = {}
     pss: dict[str, float] = {}
     summary: dict[str, Any] = {}
+    infos = []
     mib = 1024.0
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            start_rows.append([name, _common.error_cell(error or "no result"), "", "", "", "",
-                               "", ""])
-            mem_rows.append([name, "error", "", "", "", ""])
-            continue
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} failed)" if error else ""
+    for name, good in start.each(results, also=[mem]):
         s = _common.summarize(_common.collect(good, "first_result_ms"))
         first[name] = s["p50"]
 
         def med(key: str, good: list[dict[str, Any]] = good) -> float:
             return _common.median(_common.collect(good, key))
 
-        start_rows.append([
-            name + failed, _common.fmt(s["p50"]), _common.fmt(s["p99"]), _common.fmt(s["max"]),
-            _common.fmt(med("ready_ms")), _common.fmt(med("first_task_ms"), 2),
-            _common.fmt(med("next_task_ms"), 2), _common.fmt(med("import_ms")),
-        ])
+        start.add(name, *_common.latency_cells(s), _common.fmt(s["max"]),
+                  _common.fmt(med("ready_ms")), _common.fmt(med("first_task_ms"), 2),
+                  _common.fmt(med("next_task_ms"), 2), _common.fmt(med("import_ms")))
         rss[name] = med("rss_added_kib") / mib
         pss[name] = med("pss_added_kib") / mib
-        mem_rows.append([
-            name + failed, _common.fmt(rss[name]), _common.fmt(rss[name] / _common.WORKERS),
-            _common.fmt(pss[name]), _common.fmt(med("rss_self_added_kib") / mib),
-            f"{med('processes_added'):g}",
-        ])
+        mem.add(name, _common.fmt(rss[name]), _common.fmt(rss[name] / _common.WORKERS),
+                _common.fmt(pss[name]), _common.fmt(med("rss_self_added_kib") / mib),
+                f"{med('processes_added'):g}")
         seen = min(_common.collect(good, "workers_seen"))
         infos.append(f"{name}: {good[0]['info']}"
                      + ("" if seen >= _common.WORKERS else f" (only {seen:g} worker(s) ran the "
@@ -187,10 +182,6 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         summary[name] = {"first_result_ms": s, "rss_added_mib": rss[name],
                          "pss_added_mib": pss[name],
                          "ready_ms": med("ready_ms"), "first_task_ms": med("first_task_ms")}
-    start_headers = ["contender", "first result p50 ms", "p99 ms", "max ms", "ready ms",
-                     "first task ms", "next task ms", "import ms"]
-    mem_headers = ["contender", "RSS added MiB", "per worker", "PSS added MiB",
-                   "of which this process", "processes added"]
     fork = "procpool-fork"
     targets = []
     for ours in ("aiosubinterp", "aiosubinterp+preload"):
@@ -232,10 +223,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "sharing their parent's pages copy-on-write, add less unique memory than interpreters.",
         *infos,
     ]
-    return _common.Report(
-        [("Start to first result (ms):", start_headers, start_rows),
-         ("Memory added by 2 warm workers:", mem_headers, mem_rows)],
-        targets, notes, summary)
+    return _common.Report([start.section(), mem.section()], targets, notes, summary)
 
 
 if __name__ == "__main__":

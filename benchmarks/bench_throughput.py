@@ -78,26 +78,24 @@ def contender(kind: str):
         if kind == UNGATED:
             n, batches, warmup = params["n_ungated"], 1, 0
 
+        def check(results: list[Any]) -> None:
+            if results != list(range(n)):
+                raise AssertionError(f"gather of {n} noop(i) returned wrong results")
+
         async def body() -> dict[str, Any]:
             async with _common.open_runner(kind, loop) as runner:
                 submit = runner.submit
                 await asyncio.gather(*(submit(_work.noop, i) for i in range(warmup)))
-                rates, meters = [], []
-                for _ in range(batches):
-                    with _common.Meter() as meter:
-                        results = await asyncio.gather(*(submit(_work.noop, i) for i in range(n)))
-                    if results != list(range(n)):
-                        raise AssertionError(f"gather of {n} noop(i) returned wrong results")
-                    rates.append(n / meter.wall)
-                    meters.append(meter.result())
-                extra = {}
+                meters = await _common.time_batches_async(
+                    batches, lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))),
+                    check)
+                info = runner.info
                 if kind == UNGATED:
                     import _interpreters  # 3.13's private module, as anyio uses it
 
-                    extra["interpreters"] = len(_interpreters.list_all()) - 1
-                return {"rate": rates, "tasks": n, "info": runner.info, **extra,
-                        "cpu_per_wall": _common.median([m["cpu_per_wall"] for m in meters]),
-                        "other_cores": _common.median([m["other_cores"] for m in meters])}
+                    alive = len(_interpreters.list_all()) - 1
+                    info += f"; interpreters alive after the batch: {alive}"
+                return _common.batch_result(meters, n, info)
 
         return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
 
@@ -105,35 +103,21 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    table = _common.Table(["contender", "tasks/batch", "median tasks/s", "min", "max",
+                           "ours vs it", "executor vs it", *_common.LOAD_HEADERS], error_col=2)
     med: dict[str, float] = {}
-    rows = []
-    infos = []
-    for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
-        if not good:
-            rows.append([name, "", _common.error_cell(error or "no result"), "", "", "", "", "",
-                         ""])
-            continue
+    for name, good in table.each(results):
         rates = _common.collect(good, "rate")
         med[name] = _common.median(rates)
-        failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        rows.append([name + failed, f"{good[0]['tasks']:,}", _common.fmt(med[name], 0),
-                     _common.fmt(min(rates), 0), _common.fmt(max(rates), 0), "", "",
-                     *_common.load_cells(good)])
-        info = good[0]["info"]
-        if "interpreters" in good[0]:
-            info += f"; interpreters alive after the batch: {good[0]['interpreters']}"
-        infos.append(f"{name}: {info}")
+        table.add(name, f"{good[0]['tasks']:,}", *_common.rate_cells(rates), "", "",
+                  *_common.load_cells(good))
     ours = med.get("aiosubinterp")
     executor = med.get(EXECUTOR)
-    for row in rows:
-        name = row[0]
-        if name in med and ours:
-            row[5] = _common.fmt_ratio(ours / med[name])
-        if name in med and executor:
-            row[6] = _common.fmt_ratio(executor / med[name])
-    headers = ["contender", "tasks/batch", "median tasks/s", "min", "max", "ours vs it",
-               "executor vs it", *_common.LOAD_HEADERS]
+    for name, rate in med.items():
+        if ours:
+            table.set(name, 5, _common.fmt_ratio(ours / rate))
+        if executor:
+            table.set(name, 6, _common.fmt_ratio(executor / rate))
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if n in med]
     best_pool = max(pools, key=lambda n: med[n]) if pools else None
     targets = [
@@ -175,9 +159,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "call_soon_threadsafe from the thread that completes the future, the copy of its state "
         "on the loop), which is why the executor row is below the pool's.",
         _common.LOAD_NOTE,
-        *infos,
+        *table.infos,
     ]
-    return _common.Report([("", headers, rows)], targets, notes, {"median_tasks_per_s": med})
+    return _common.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
 
 
 if __name__ == "__main__":
