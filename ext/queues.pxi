@@ -77,7 +77,7 @@ cdef void job_free(Job* job) noexcept nogil:
 cdef JobQueue* queue_new() except NULL:
     cdef JobQueue* q = <JobQueue*>calloc(1, sizeof(JobQueue))
     if q == NULL:
-        raise MemoryError()
+        raise_no_memory()
     pthread_mutex_init(&q.mu, NULL)
     asi_cond_init(&q.cv)
     asi_cond_init(&q.state_cv)
@@ -229,7 +229,7 @@ cdef class Queue:
             chan_release_orphans()
             buf_free(&b)
             hub_decref(h)
-            raise MemoryError()
+            raise_no_memory()
         job.tid = tid
         job.kind = kind
         job.data = b.data
@@ -241,7 +241,7 @@ cdef class Queue:
             blob_discard(job.data, job.size)
             chan_release_orphans()
             job_free(job)
-            raise RuntimeError("aiosubinterp: this queue is closed")
+            raise_closed("this queue")
         queue_push(self.q, job)
         if not self.q.spinning:  # a spinning worker re-checks under the lock: no wake needed
             pthread_cond_signal(&self.q.cv)

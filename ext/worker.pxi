@@ -329,7 +329,7 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
     if hub_post_new(job.hub, job.tid, status, flags, w.serial, out.data, out.size) != 0:
         out.data = NULL
         job_free(job)
-        raise MemoryError("aiosubinterp: out of memory while posting a completion")
+        raise_no_memory("aiosubinterp: out of memory while posting a completion")
     out.data = NULL
     job_free(job)
     return 0
@@ -445,7 +445,7 @@ def _worker_session_begin(Py_ssize_t handle, int fd):
     job = w.current_job
     if job == NULL or w.in_session:
         pthread_mutex_unlock(&w.q.mu)
-        raise RuntimeError("aiosubinterp: no dispatched job to start a session with")
+        raise_not_dispatched()
     hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
     w.current_job = NULL
     w.current_tid = 0
@@ -526,10 +526,10 @@ def _worker_call_guarded(Py_ssize_t handle, uint64_t tid, fn, args, kwargs):
         w.slot_flags[i] |= SLOT_SYNC
     pthread_mutex_unlock(&w.q.mu)
     if i < 0:
-        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+        raise_job_not_running(tid)
     try:
         if asked:
-            raise KeyboardInterrupt  # cancelled before it started
+            raise_cancelled()  # cancelled before it started
         return fn(*args, **kwargs) if kwargs else fn(*args)
     finally:
         # C code from the call's return to here: an injected exception that
@@ -582,7 +582,7 @@ def _worker_complete(Py_ssize_t handle, uint64_t tid, failure, value, bint cance
             pthread_cond_broadcast(&w.q.state_cv)  # an interrupter may wait in wait_idle()
     pthread_mutex_unlock(&w.q.mu)
     if job == NULL:
-        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+        raise_job_not_running(tid)
     if failure is None:
         status = DONE_OK
     elif cancelled and asked:
@@ -758,14 +758,14 @@ cdef class Worker:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         w = <WorkerState*>calloc(1, sizeof(WorkerState))
         if w == NULL:
-            raise MemoryError()
+            raise_no_memory()
         w.slots = <Job**>calloc(concurrency, sizeof(Job*))
         w.slot_flags = <char*>calloc(concurrency, 1)
         if w.slots == NULL or w.slot_flags == NULL:
             free(w.slots)
             free(w.slot_flags)
             free(w)
-            raise MemoryError()
+            raise_no_memory()
         w.concurrency = concurrency
         b.data = NULL
         b.size = 0
@@ -822,7 +822,7 @@ cdef class Worker:
         cdef pthread_attr_t attr
         cdef int rc
         if w.state != W_NEW:
-            raise RuntimeError("aiosubinterp: Worker.start() called twice")
+            raise_wrong_state("aiosubinterp: Worker.start() called twice")
         w.state = W_STARTING
         # Everything from creating the interpreter to starting its thread
         # happens under the create lock, which the exit sweep takes
@@ -835,7 +835,7 @@ cdef class Worker:
         # GIL: none -> main
         try:
             if asi_exiting:
-                raise RuntimeError("aiosubinterp: the process is exiting; no new interpreters")
+                raise_wrong_state("aiosubinterp: the process is exiting; no new interpreters")
             interp_create(w)
         except BaseException:
             w.state = W_NEW
@@ -862,7 +862,7 @@ cdef class Worker:
             w.state = W_FAILED
             w.exited = 1
             self.close()
-            raise OSError(rc, "aiosubinterp: could not start a worker thread")
+            raise_os_error(rc, "aiosubinterp: could not start a worker thread")
         # GIL: main -> none (setup runs on the worker; never wait holding the main GIL)
         with nogil:
             pthread_mutex_lock(&w.q.mu)
