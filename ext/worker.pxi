@@ -1,5 +1,102 @@
 # worker.pxi: the worker OS thread, its job loop, the worker-side functions
 # Runner calls (the contract below), and the Worker handle.
+#
+# == The contract between the C job loop and Runner (aiosubinterp/_worker.py) ==
+#
+# Every call marked [C -> Python] or [Python -> C] is made on the worker's own
+# OS thread, inside its interpreter, holding that interpreter's GIL ("sub")
+# before and after, and none switches thread state (worker_thread_main
+# attaches before the bootstrap runs; worker_next_job, C only, waits without
+# the GIL between jobs). The C side takes q.mu only for short stretches and
+# never waits for a GIL holding it. `handle` is the WorkerState address, given
+# to the bootstrap as HANDLE. Nothing else calls the _worker_* functions
+# (aiosubinterp/_core.pyi declares them for mypy).
+#
+# Who owns a job (a Job struct, under q.mu): queued, the JobQueue (Queue.cancel
+# may withdraw it, Queue.fail_queued complete it); dispatched, this worker's C
+# loop (w.current_job) until worker_post frees it; in a session, the session
+# (w.slots) until _worker_complete or _worker_session_end frees it. Posted, its
+# Completion belongs to the hub until main drains it; main's awaiter holds only
+# the task id. The asyncio.Task a coroutine job runs in belongs to Runner.
+#
+# Start (main's Worker.start() waits meanwhile for W_READY or W_FAILED):
+#   worker_thread_main  runs the bootstrap (_pool._BOOTSTRAP) with HANDLE in its
+#                       namespace: it imports _core and calls
+#   _worker_main(handle)      [Python -> C] the whole life of the worker; it
+#                       returns when the worker stops (or its setup failed). The bootstrap's ERROR
+#                       (a text) is the start failure if _core did not import.
+#   _worker.Runner(setup, handle)      [C -> Python] runs setup: settings,
+#                       preloads, initializer (Runner.run with no job
+#                       dispatched). Returns the runner.
+#   _worker.describe_exception(exc)    [C -> Python] only if Runner() raised:
+#                       the description main's Worker.start() returns (W_FAILED).
+#     In __init__ the runner calls back:
+#   _worker_concurrency(handle)        [Python -> C] -> int, jobs at once.
+#
+# Each job (worker_job_loop):
+#   worker_next_job     pops a job: the queue gives it to this worker's C loop
+#                       (w.current_job, w.current_tid). Waits without the GIL
+#                       (its own `# GIL:` switch), never inside a call below.
+#   runner.apply_settings(settings)    [C -> Python] first, if main's settings
+#                       (sys.path) changed. Returns None; raising fails this job.
+#   runner.run(kind, payload)          [C -> Python] returns the value or
+#                       raises. A KeyboardInterrupt while a cancel was asked for
+#                       this job (w.cancel_tid) reports it cancelled. If the job
+#                       went to a session meanwhile (below) run() returns None
+#                       and the C loop posts nothing (what run() raised then is
+#                       printed: the session posted its jobs).
+#   worker_post         encodes the outcome, posts it to the job's hub (the hub
+#                       owns it until main drains it) and frees the job. To
+#                       describe an error it calls [C -> Python]
+#     runner.describe(exc)             -> (type name, message, traceback text,
+#                       exception or None): _worker.describe_exception;
+#     runner.describe_unsendable_result(value, exc)  when the value would not
+#                       encode: the same tuple, saying why;
+#     runner.describe_minimal(exc)     when describing failed: the same tuple
+#                       from type and repr only. Anything these raise is caught.
+#   If the loop itself fails, worker_fail_dispatched posts the dispatched job
+#   as an error: a job is never lost.
+#
+# While runner.run() runs a coroutine job with concurrency 1 (run_coroutine),
+# the job stays the C loop's; a cancel becomes a byte on Runner's wake pipe:
+#   _worker_set_wake(handle, fd)       [Python -> C] fd >= 0: cancel the
+#                       current job by writing to fd (not by injecting
+#                       KeyboardInterrupt into the loop's own code); -1 when the
+#                       coroutine ended. Returns None.
+#   _worker_cancel_requested(handle)   [Python -> C] -> bool: was the current
+#                       job asked to stop? (a wake byte may be stale.) Runner
+#                       then cancels its asyncio task and turns the resulting
+#                       CancelledError into KeyboardInterrupt.
+#
+# Sessions (concurrency > 1, runner.run() got a coroutine: Runner.serve):
+#   _worker_session_begin(handle, fd)  [Python -> C] -> tid: the dispatched job
+#                       moves from the C loop to slot 0 of the session, which
+#                       owns its jobs from now on (w.slots, under q.mu); Runner
+#                       keeps tid -> asyncio.Task. fd is woken for new jobs,
+#                       cancels and stop. A cancel already injected becomes a
+#                       slot flag. RuntimeError if no job is dispatched.
+#   _worker_take(handle)               [Python -> C] -> None, or (tid, kind, ok,
+#                       payload or decoding error, new settings or None): a
+#                       queued job moves into a free slot.
+#   _worker_call_guarded(handle, tid, fn, args, kwargs)  [Python -> C] -> fn's
+#                       result: a taken job's call, during which a cancel
+#                       injects KeyboardInterrupt (raised at once if the cancel
+#                       came first).
+#   _worker_cancels(handle)            [Python -> C] -> [tid]: jobs asked to
+#                       cancel since the last call; Runner cancels their tasks.
+#   _worker_complete(handle, tid, failure, value, cancelled, runner)
+#                       [Python -> C] -> None: posts job tid (worker_post, which
+#                       calls runner.describe* as above) and frees its slot.
+#                       cancelled: it ended by KeyboardInterrupt or
+#                       CancelledError; reported cancelled only if main asked.
+#   _worker_session_end(handle, runner)  [Python -> C] -> None, in serve()'s
+#                       finally: every job still in a slot is posted as an
+#                       error; back to the C loop.
+#   The slot functions raise RuntimeError for a tid not in a slot.
+#
+# Stop: when worker_next_job returns no job (stop, or a closed and empty queue)
+#   runner.shutdown()                  [C -> Python] closes the worker's event
+#                       loop and caches; then _worker_main returns.
 
 cdef enum:
     W_NEW = 0
