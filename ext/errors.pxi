@@ -10,8 +10,9 @@
 # failure is detected. Two kinds of raise stay at their site, in any fragment:
 #   - argument checks at the API boundary: a TypeError or ValueError (or a
 #     subclass) saying what the caller passed or did wrong: a type, a range,
-#     a closed socket, a value that cannot cross, an object pickled or made
-#     directly that must not be, input to loads() that dumps() cannot give;
+#     a closed socket, a value that cannot cross, an object pickled,
+#     unpickled or made directly that must not be, input to loads() that
+#     dumps() cannot give;
 #   - a bare `raise` that re-raises what it caught, after cleaning up.
 # tests/test_sourcecode.py checks that no other exception type is raised
 # outside this file.
