@@ -772,7 +772,7 @@ cdef object adopt_end(EndHandle* e):
 cdef EndHandle* handle_alloc(ChanState* c, int kind) except NULL:
     cdef EndHandle* e = <EndHandle*>calloc(1, sizeof(EndHandle))
     if e == NULL:
-        raise MemoryError("aiosubinterp: out of memory while making a channel end")
+        raise_no_memory("aiosubinterp: out of memory while making a channel end")
     e.c = c
     e.kind = kind
     e.refs = 1
@@ -805,8 +805,7 @@ cdef int chan_try_encode_end(Buf* b, object obj) except -1:
     pthread_mutex_lock(&asi_chan_mu)
     if end.h.closed:
         chan_unlock()
-        raise ValueError(f"cannot send a closed channel end ({end!r}) to another interpreter: "
-                         "send an open end, or clone() it before closing")
+        raise_end_closed(end)
     end.h.refs += 1
     chan_unlock()
     buf_tag(b, TAG_CHANNEL)
@@ -820,7 +819,7 @@ cdef object chan_decode_end(Reader* r):
     cdef int64_t p = rd_i64(r)
     cdef int64_t kind = rd_i64(r)
     if p == 0 or kind not in (CH_SEND, CH_RECV):
-        raise ValueError("aiosubinterp: corrupt transfer data (channel end); please report this bug")
+        raise_corrupt("channel end")
     return adopt_end(<EndHandle*><Py_ssize_t>p)
 
 
@@ -838,14 +837,14 @@ def open_channel_ends(maxsize):
     cdef EndHandle* re
     cdef ChanState* c = <ChanState*>calloc(1, sizeof(ChanState))
     if c == NULL:
-        raise MemoryError()
+        raise_no_memory()
     se = <EndHandle*>calloc(1, sizeof(EndHandle))
     re = <EndHandle*>calloc(1, sizeof(EndHandle))
     if se == NULL or re == NULL:
         free(se)
         free(re)
         free(c)
-        raise MemoryError()
+        raise_no_memory()
     c.maxsize = m
     c.senders = 1
     c.receivers = 1
@@ -932,7 +931,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
     if n > 1:
         chans = <ChanState**>malloc(n * sizeof(ChanState*))
         if chans == NULL:
-            raise MemoryError()
+            raise_no_memory()
     try:
         collect_chans(ends, chans, n)
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
@@ -957,7 +956,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         op = op_new(CH_RECV, <int>n, mode == 2)
         if op == NULL:
             chan_unlock()
-            raise MemoryError()
+            raise_no_memory()
         op_register(op, chans)
         for i in range(n):
             op.links[i].end = (<ChannelEnd>ends[i]).h
@@ -1145,7 +1144,7 @@ cdef class ChannelEnd:
         if op == NULL:
             item_discard(item)
             chan_unlock()
-            raise MemoryError()
+            raise_no_memory()
         op.item = item
         op_register(op, &c)
         op.links[0].end = self.h

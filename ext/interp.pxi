@@ -31,8 +31,7 @@ cdef int interp_create(WorkerState* w) except -1:
     if PyStatus_Exception(st):
         # GIL: ? -> main (creation failed; put the caller back)
         PyThreadState_Swap(save)
-        raise RuntimeError("aiosubinterp: Py_NewInterpreterFromConfig failed to create an interpreter "
-                           "with its own GIL (is this CPython >= 3.12?)")
+        raise_interp_create_failed()
     w.ts0 = ts0
     w.interp = PyThreadState_GetInterpreter(ts0)
     w.interp_id = PyInterpreterState_GetID(w.interp)

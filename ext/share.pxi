@@ -102,7 +102,7 @@ cdef extern from *:
     char asi_main_owner_storage[256]
 
 if sizeof(ShareOwner) > sizeof(asi_main_owner_storage):
-    raise ImportError("aiosubinterp._core: asi_main_owner_storage is too small for a ShareOwner")
+    raise_build_mismatch("aiosubinterp._core: asi_main_owner_storage is too small for a ShareOwner")
 
 
 cdef inline ShareOwner* main_owner() noexcept nogil:
@@ -130,7 +130,7 @@ cdef void owner_decref_locked(ShareOwner* o) noexcept nogil:
 cdef ShareOwner* owner_new(JobQueue* q) except NULL:
     cdef ShareOwner* o = <ShareOwner*>calloc(1, sizeof(ShareOwner))
     if o == NULL:
-        raise MemoryError()
+        raise_no_memory()
     o.interp = PyInterpreterState_Get()
     o.q = q
     o.refs = 1
@@ -235,7 +235,7 @@ cdef class _ShareView:
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         if self.rec == NULL:
-            raise BufferError("aiosubinterp: empty shared view")
+            raise_view_released()
         PyBuffer_FillInfo(buffer, self, self.rec.buf + self.off, self.n, self.ro, flags)
 
     def __releasebuffer__(self, Py_buffer* buffer):
@@ -300,7 +300,7 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
             return 1
     rec = <ShareRec*>calloc(1, sizeof(ShareRec))
     if rec == NULL:
-        raise MemoryError()
+        raise_no_memory()
     try:
         PyObject_GetBuffer(obj, &rec.view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
     except BaseException:
@@ -351,12 +351,12 @@ cdef SharedMem* shm_new(Py_ssize_t size) except NULL:
     global asi_share_live, asi_share_orphans, asi_shared_mem_live
     cdef SharedMem* m = <SharedMem*>calloc(1, sizeof(SharedMem))
     if m == NULL:
-        raise MemoryError()
+        raise_no_memory()
     if size > 0:
         m.data = <char*>calloc(1, size)
         if m.data == NULL:
             free(m)
-            raise MemoryError(f"SharedBuffer: cannot allocate {size} bytes")
+            raise_no_memory(f"SharedBuffer: cannot allocate {size} bytes")
     m.size = size
     m.refs = 1
     pthread_mutex_init(&m.mu, NULL)
@@ -499,7 +499,7 @@ cdef class SharedLock:
         pthread_mutex_lock(&m.mu)
         if not m.locked:
             pthread_mutex_unlock(&m.mu)
-            raise RuntimeError("release unlocked SharedLock")
+            raise_wrong_state("release unlocked SharedLock")
         m.locked = 0
         pthread_cond_signal(&m.cv)
         pthread_mutex_unlock(&m.mu)
@@ -599,9 +599,8 @@ cdef int encode_fd(Buf* b, int fd, int64_t kind, int64_t family, int64_t stype, 
     buf_reserve(b, 41)
     d = dup(fd)
     if d < 0:
-        import os
-        raise OSError(errno, f"cannot pass file descriptor {fd} to an interpreter: "
-                      f"{os.strerror(errno)}")
+        raise_os_error(errno, f"cannot pass file descriptor {fd} to an interpreter",
+                       with_strerror=True)
     buf_tag(b, TAG_FD)
     buf_i64(b, d)
     buf_i64(b, kind)
@@ -634,8 +633,8 @@ cdef int encode_special(Buf* b, object obj) except -1:
     if t is ShareRequest:
         if encode_share(b, (<ShareRequest>obj).obj, (<ShareRequest>obj).writable):
             return 1
-        raise ValueError("aiosubinterp.share() works only in the main interpreter and in "
-                         "aiosubinterp workers")
+        raise_no_share_owner("aiosubinterp.share() works only in the main interpreter and in "
+                             "aiosubinterp workers")
     if t is SharedBuffer or t is SharedLock:
         return encode_shared_mem(b, obj)
     if t is FileDescriptor:

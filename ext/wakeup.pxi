@@ -115,7 +115,7 @@ cdef class Hub:
         cdef int fds[2]
         cdef HubState* h = <HubState*>calloc(1, sizeof(HubState))
         if h == NULL:
-            raise MemoryError()
+            raise_no_memory()
         pthread_mutex_init(&h.mu, NULL)
         h.refs = 1
         if not use_pipe and ASI_HAVE_EVENTFD:
@@ -124,12 +124,12 @@ cdef class Hub:
             if h.rfd < 0:
                 pthread_mutex_destroy(&h.mu)
                 free(h)
-                raise OSError(errno, "aiosubinterp: eventfd() failed for the wakeup fd")
+                raise_os_error(errno, "aiosubinterp: eventfd() failed for the wakeup fd")
         else:
             if asi_pipe(fds) != 0:
                 pthread_mutex_destroy(&h.mu)
                 free(h)
-                raise OSError(errno, "aiosubinterp: pipe() failed for the wakeup fd")
+                raise_os_error(errno, "aiosubinterp: pipe() failed for the wakeup fd")
             h.rfd = fds[0]
             h.wfd = fds[1]
             h.is_pipe = 1
@@ -154,7 +154,7 @@ cdef class Hub:
 
     cdef HubState* state(self) except NULL:
         if self.h == NULL:
-            raise RuntimeError("aiosubinterp: this event loop's completion hub is closed")
+            raise_closed("this event loop's completion hub")
         return self.h
 
     @property

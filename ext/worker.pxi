@@ -1,4 +1,102 @@
-# worker.pxi: the worker OS thread, its job loop, and the Worker/Queue handles.
+# worker.pxi: the worker OS thread, its job loop, the worker-side functions
+# Runner calls (the contract below), and the Worker handle.
+#
+# == The contract between the C job loop and Runner (aiosubinterp/_worker.py) ==
+#
+# Every call marked [C -> Python] or [Python -> C] is made on the worker's own
+# OS thread, inside its interpreter, holding that interpreter's GIL ("sub")
+# before and after, and none switches thread state (worker_thread_main
+# attaches before the bootstrap runs; worker_next_job, C only, waits without
+# the GIL between jobs). The C side takes q.mu only for short stretches and
+# never waits for a GIL holding it. `handle` is the WorkerState address, given
+# to the bootstrap as HANDLE. Nothing else calls the _worker_* functions
+# (aiosubinterp/_core.pyi declares them for mypy).
+#
+# Who owns a job (a Job struct, under q.mu): queued, the JobQueue (Queue.cancel
+# may withdraw it, Queue.fail_queued complete it); dispatched, this worker's C
+# loop (w.current_job) until worker_post frees it; in a session, the session
+# (w.slots) until _worker_complete or _worker_session_end frees it. Posted, its
+# Completion belongs to the hub until main drains it; main's awaiter holds only
+# the task id. The asyncio.Task a coroutine job runs in belongs to Runner.
+#
+# Start (main's Worker.start() waits meanwhile for W_READY or W_FAILED):
+#   worker_thread_main  runs the bootstrap (_pool._BOOTSTRAP) with HANDLE in its
+#                       namespace: it imports _core and calls
+#   _worker_main(handle)      [Python -> C] the whole life of the worker; it
+#                       returns when the worker stops (or its setup failed). The bootstrap's ERROR
+#                       (a text) is the start failure if _core did not import.
+#   _worker.Runner(setup, handle)      [C -> Python] runs setup: settings,
+#                       preloads, initializer (Runner.run with no job
+#                       dispatched). Returns the runner.
+#   _worker.describe_exception(exc)    [C -> Python] only if Runner() raised:
+#                       the description main's Worker.start() returns (W_FAILED).
+#     In __init__ the runner calls back:
+#   _worker_concurrency(handle)        [Python -> C] -> int, jobs at once.
+#
+# Each job (worker_job_loop):
+#   worker_next_job     pops a job: the queue gives it to this worker's C loop
+#                       (w.current_job, w.current_tid). Waits without the GIL
+#                       (its own `# GIL:` switch), never inside a call below.
+#   runner.apply_settings(settings)    [C -> Python] first, if main's settings
+#                       (sys.path) changed. Returns None; raising fails this job.
+#   runner.run(kind, payload)          [C -> Python] returns the value or
+#                       raises. A KeyboardInterrupt while a cancel was asked for
+#                       this job (w.cancel_tid) reports it cancelled. If the job
+#                       went to a session meanwhile (below) run() returns None
+#                       and the C loop posts nothing (what run() raised then is
+#                       printed: the session posted its jobs).
+#   worker_post         encodes the outcome, posts it to the job's hub (the hub
+#                       owns it until main drains it) and frees the job. To
+#                       describe an error it calls [C -> Python]
+#     runner.describe(exc)             -> (type name, message, traceback text,
+#                       exception or None): _worker.describe_exception;
+#     runner.describe_unsendable_result(value, exc)  when the value would not
+#                       encode: the same tuple, saying why;
+#     runner.describe_minimal(exc)     when describing failed: the same tuple
+#                       from type and repr only. Anything these raise is caught.
+#   If the loop itself fails, worker_fail_dispatched posts the dispatched job
+#   as an error: a job is never lost.
+#
+# While runner.run() runs a coroutine job with concurrency 1 (run_coroutine),
+# the job stays the C loop's; a cancel becomes a byte on Runner's wake pipe:
+#   _worker_set_wake(handle, fd)       [Python -> C] fd >= 0: cancel the
+#                       current job by writing to fd (not by injecting
+#                       KeyboardInterrupt into the loop's own code); -1 when the
+#                       coroutine ended. Returns None.
+#   _worker_cancel_requested(handle)   [Python -> C] -> bool: was the current
+#                       job asked to stop? (a wake byte may be stale.) Runner
+#                       then cancels its asyncio task and turns the resulting
+#                       CancelledError into KeyboardInterrupt.
+#
+# Sessions (concurrency > 1, runner.run() got a coroutine: Runner.serve):
+#   _worker_session_begin(handle, fd)  [Python -> C] -> tid: the dispatched job
+#                       moves from the C loop to slot 0 of the session, which
+#                       owns its jobs from now on (w.slots, under q.mu); Runner
+#                       keeps tid -> asyncio.Task. fd is woken for new jobs,
+#                       cancels and stop. A cancel already injected becomes a
+#                       slot flag. RuntimeError if no job is dispatched.
+#   _worker_take(handle)               [Python -> C] -> None, or (tid, kind, ok,
+#                       payload or decoding error, new settings or None): a
+#                       queued job moves into a free slot.
+#   _worker_call_guarded(handle, tid, fn, args, kwargs)  [Python -> C] -> fn's
+#                       result: a taken job's call, during which a cancel
+#                       injects KeyboardInterrupt (raised at once if the cancel
+#                       came first).
+#   _worker_cancels(handle)            [Python -> C] -> [tid]: jobs asked to
+#                       cancel since the last call; Runner cancels their tasks.
+#   _worker_complete(handle, tid, failure, value, cancelled, runner)
+#                       [Python -> C] -> None: posts job tid (worker_post, which
+#                       calls runner.describe* as above) and frees its slot.
+#                       cancelled: it ended by KeyboardInterrupt or
+#                       CancelledError; reported cancelled only if main asked.
+#   _worker_session_end(handle, runner)  [Python -> C] -> None, in serve()'s
+#                       finally: every job still in a slot is posted as an
+#                       error; back to the C loop.
+#   The slot functions raise RuntimeError for a tid not in a slot.
+#
+# Stop: when worker_next_job returns no job (stop, or a closed and empty queue)
+#   runner.shutdown()                  [C -> Python] closes the worker's event
+#                       loop and caches; then _worker_main returns.
 
 cdef enum:
     W_NEW = 0
@@ -87,18 +185,6 @@ cdef void registry_unlink(WorkerState* w) noexcept nogil:
             break
         pp = &pp[0].next_live
     asi_registry_unlock()
-
-
-cdef void queue_detach_worker(WorkerState* w) noexcept nogil:
-    cdef WorkerState** pp
-    pthread_mutex_lock(&w.q.mu)
-    pp = &w.q.workers
-    while pp[0] != NULL:
-        if pp[0] == w:
-            pp[0] = w.next_in_queue
-            break
-        pp = &pp[0].next_in_queue
-    pthread_mutex_unlock(&w.q.mu)
 
 
 cdef char* c_strdup(const char* s, Py_ssize_t n) noexcept nogil:
@@ -287,21 +373,6 @@ cdef void worker_poke(WorkerState* w) noexcept nogil:
         write(w.wake_fd, &one, 1)
 
 
-cdef void queue_wake_session(JobQueue* q, WorkerState* skip) noexcept nogil:
-    """A job is queued: wake one worker serving a coroutine session with room
-    for it (it waits in its event loop, not on q.cv). Caller holds q.mu."""
-    cdef WorkerState* w
-    if q.sessions == 0:
-        return
-    w = q.workers
-    while w != NULL:
-        if (w != skip and w.in_session and not w.stop
-                and w.slots_used < w.concurrency and w.wake_fd >= 0):
-            worker_poke(w)
-            return
-        w = w.next_in_queue
-
-
 cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
                      object failure, object value) except -1:
     """Encode the outcome of job (this interpreter's objects), post it to its hub, free job.
@@ -355,7 +426,7 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
     if hub_post_new(job.hub, job.tid, status, flags, w.serial, out.data, out.size) != 0:
         out.data = NULL
         job_free(job)
-        raise MemoryError("aiosubinterp: out of memory while posting a completion")
+        raise_no_memory("aiosubinterp: out of memory while posting a completion")
     out.data = NULL
     job_free(job)
     return 0
@@ -471,7 +542,7 @@ def _worker_session_begin(Py_ssize_t handle, int fd):
     job = w.current_job
     if job == NULL or w.in_session:
         pthread_mutex_unlock(&w.q.mu)
-        raise RuntimeError("aiosubinterp: no dispatched job to start a session with")
+        raise_not_dispatched()
     hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
     w.current_job = NULL
     w.current_tid = 0
@@ -552,10 +623,10 @@ def _worker_call_guarded(Py_ssize_t handle, uint64_t tid, fn, args, kwargs):
         w.slot_flags[i] |= SLOT_SYNC
     pthread_mutex_unlock(&w.q.mu)
     if i < 0:
-        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+        raise_job_not_running(tid)
     try:
         if asked:
-            raise KeyboardInterrupt  # cancelled before it started
+            raise_cancelled()  # cancelled before it started
         return fn(*args, **kwargs) if kwargs else fn(*args)
     finally:
         # C code from the call's return to here: an injected exception that
@@ -608,7 +679,7 @@ def _worker_complete(Py_ssize_t handle, uint64_t tid, failure, value, bint cance
             pthread_cond_broadcast(&w.q.state_cv)  # an interrupter may wait in wait_idle()
     pthread_mutex_unlock(&w.q.mu)
     if job == NULL:
-        raise RuntimeError(f"aiosubinterp: job {tid} is not running on this worker")
+        raise_job_not_running(tid)
     if failure is None:
         status = DONE_OK
     elif cancelled and asked:
@@ -763,225 +834,6 @@ cdef int worker_job_loop(WorkerState* w, object runner) except -1:
     return 0
 
 
-cdef class Queue:
-    """A job queue served by one or more workers.
-
-    Thread-safety: every method may be called from any thread of the main
-    interpreter, holding its GIL.
-    """
-    cdef JobQueue* q
-
-    def __cinit__(self, double spin_seconds=0.0):
-        self.q = queue_new()
-        self.q.spin_seconds = spin_seconds
-
-    def __dealloc__(self):
-        cdef JobQueue* q = self.q
-        if q != NULL:
-            self.q = NULL
-            pthread_mutex_lock(&q.mu)
-            q.closed = 1
-            pthread_cond_broadcast(&q.cv)
-            pthread_mutex_unlock(&q.mu)
-            queue_decref(q)
-
-    def submit(self, uint64_t tid, int kind, payload, Hub hub not None):
-        """Encode payload here (the sender's interpreter) and queue it as job tid."""
-        cdef Buf b
-        cdef Job* job
-        cdef HubState* h = hub.state()
-        # The job's hub reference, taken before anything that can run Python
-        # code (pickling, a __del__ during share_drain): that code may release
-        # the GIL, and another thread may close the hub meanwhile (executor
-        # shutdown). Without it, h could be freed under us.
-        pthread_mutex_lock(&h.mu)
-        h.refs += 1
-        pthread_mutex_unlock(&h.mu)
-        b.data = NULL
-        b.size = 0
-        b.cap = 0
-        try:
-            share_drain(main_owner())
-            encode_into(&b, payload)
-        except BaseException:
-            blob_discard(b.data, b.size)  # the shares and fds encoded before the failure
-            chan_release_orphans()
-            buf_free(&b)
-            hub_decref(h)
-            raise
-        job = <Job*>calloc(1, sizeof(Job))
-        if job == NULL:
-            blob_discard(b.data, b.size)
-            chan_release_orphans()
-            buf_free(&b)
-            hub_decref(h)
-            raise MemoryError()
-        job.tid = tid
-        job.kind = kind
-        job.data = b.data
-        job.size = b.size
-        job.hub = h
-        pthread_mutex_lock(&self.q.mu)
-        if self.q.closed:
-            pthread_mutex_unlock(&self.q.mu)
-            blob_discard(job.data, job.size)
-            chan_release_orphans()
-            job_free(job)
-            raise RuntimeError("aiosubinterp: this queue is closed")
-        queue_push(self.q, job)
-        if not self.q.spinning:  # a spinning worker re-checks under the lock: no wake needed
-            pthread_cond_signal(&self.q.cv)
-        queue_wake_session(self.q, NULL)
-        pthread_mutex_unlock(&self.q.mu)
-
-    def cancel(self, uint64_t tid):
-        """Withdraw job tid if still queued. Returns (code, worker_serial).
-
-        code: 0 withdrawn (no completion will come), 1 running on worker
-        `worker_serial`, 2 not found (finished, completion on its way).
-        """
-        cdef Job* job
-        cdef WorkerState* w
-        cdef uint64_t serial = 0
-        cdef int code = CANCEL_NOT_FOUND
-        pthread_mutex_lock(&self.q.mu)
-        job = queue_unlink(self.q, tid)
-        if job != NULL:
-            code = CANCEL_WITHDRAWN
-        else:
-            w = self.q.workers
-            while w != NULL:
-                if worker_runs(w, tid):
-                    code = CANCEL_RUNNING
-                    serial = w.serial
-                    break
-                w = w.next_in_queue
-        pthread_mutex_unlock(&self.q.mu)
-        if job != NULL:
-            blob_discard(job.data, job.size)
-            chan_release_orphans()
-            job_free(job)
-        return code, serial
-
-    def fail_queued(self, info):
-        """Complete every queued job with an error described by info. Returns how many."""
-        cdef Buf b
-        cdef Job* job
-        cdef Job* jobs
-        cdef int count = 0
-        cdef char* copy
-        b.data = NULL
-        b.size = 0
-        b.cap = 0
-        try:
-            encode_into(&b, info)
-        except BaseException:
-            buf_free(&b)
-            raise
-        pthread_mutex_lock(&self.q.mu)
-        jobs = self.q.head
-        self.q.head = NULL
-        self.q.tail = NULL
-        self.q.length = 0
-        pthread_mutex_unlock(&self.q.mu)
-        while jobs != NULL:
-            job = jobs
-            jobs = job.next
-            copy = c_strdup(b.data, b.size)
-            hub_post_new(job.hub, job.tid, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
-            blob_discard(job.data, job.size)
-            chan_release_orphans()
-            job_free(job)
-            count += 1
-        buf_free(&b)
-        return count
-
-    def close(self):
-        """Accept no more jobs; workers finish what is queued, then exit."""
-        pthread_mutex_lock(&self.q.mu)
-        self.q.closed = 1
-        pthread_cond_broadcast(&self.q.cv)
-        pthread_mutex_unlock(&self.q.mu)
-
-    def set_settings(self, settings):
-        """Publish settings (e.g. sys.path) that every worker applies before its next job."""
-        cdef Buf b
-        b.data = NULL
-        b.size = 0
-        b.cap = 0
-        try:
-            encode_into(&b, settings)
-        except BaseException:
-            blob_discard(b.data, b.size)
-            chan_release_orphans()
-            buf_free(&b)
-            raise
-        if blob_refs(b.data, b.size) != 0:
-            # Every worker decodes its own copy: a share, fd or channel end in
-            # it would be adopted once per worker (a double release).
-            blob_discard(b.data, b.size)
-            chan_release_orphans()
-            buf_free(&b)
-            raise TypeError(
-                "aiosubinterp: the worker settings (main's sys.path) hold an object that crosses "
-                "to interpreters by reference (a large buffer, a file descriptor, a channel "
-                "end): keep sys.path to str entries")
-        pthread_mutex_lock(&self.q.mu)
-        free(self.q.settings_data)
-        self.q.settings_data = b.data
-        self.q.settings_size = b.size
-        self.q.settings_version += 1
-        pthread_mutex_unlock(&self.q.mu)
-
-    def qsize(self):
-        """Number of jobs waiting for a worker."""
-        cdef Py_ssize_t n
-        pthread_mutex_lock(&self.q.mu)
-        n = self.q.length
-        pthread_mutex_unlock(&self.q.mu)
-        return n
-
-    def completed(self):
-        """Number of jobs its workers ran to the end (result, error or cancelled while running)."""
-        cdef long long n
-        pthread_mutex_lock(&self.q.mu)
-        n = self.q.completed
-        pthread_mutex_unlock(&self.q.mu)
-        return n
-
-    def busy(self):
-        """Number of attached workers running a job now."""
-        cdef int n = 0
-        cdef WorkerState* w
-        pthread_mutex_lock(&self.q.mu)
-        w = self.q.workers
-        while w != NULL:
-            if w.current_tid != 0 or (w.in_session and w.slots_used > 0):
-                n += 1
-            w = w.next_in_queue
-        pthread_mutex_unlock(&self.q.mu)
-        return n
-
-    def running(self):
-        """Number of jobs running now (a worker with concurrency > 1 may run several)."""
-        cdef int n = 0
-        cdef WorkerState* w
-        pthread_mutex_lock(&self.q.mu)
-        w = self.q.workers
-        while w != NULL:
-            if w.current_tid != 0:
-                n += 1
-            elif w.in_session:
-                n += w.slots_used
-            w = w.next_in_queue
-        pthread_mutex_unlock(&self.q.mu)
-        return n
-
-    @property
-    def closed(self):
-        return bool(self.q.closed)
-
-
 cdef class Worker:
     """One interpreter with its own GIL, driven by one OS thread serving a Queue.
 
@@ -1003,14 +855,14 @@ cdef class Worker:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         w = <WorkerState*>calloc(1, sizeof(WorkerState))
         if w == NULL:
-            raise MemoryError()
+            raise_no_memory()
         w.slots = <Job**>calloc(concurrency, sizeof(Job*))
         w.slot_flags = <char*>calloc(concurrency, 1)
         if w.slots == NULL or w.slot_flags == NULL:
             free(w.slots)
             free(w.slot_flags)
             free(w)
-            raise MemoryError()
+            raise_no_memory()
         w.concurrency = concurrency
         b.data = NULL
         b.size = 0
@@ -1067,7 +919,7 @@ cdef class Worker:
         cdef pthread_attr_t attr
         cdef int rc
         if w.state != W_NEW:
-            raise RuntimeError("aiosubinterp: Worker.start() called twice")
+            raise_wrong_state("aiosubinterp: Worker.start() called twice")
         w.state = W_STARTING
         # Everything from creating the interpreter to starting its thread
         # happens under the create lock, which the exit sweep takes
@@ -1080,7 +932,7 @@ cdef class Worker:
         # GIL: none -> main
         try:
             if asi_exiting:
-                raise RuntimeError("aiosubinterp: the process is exiting; no new interpreters")
+                raise_wrong_state("aiosubinterp: the process is exiting; no new interpreters")
             interp_create(w)
         except BaseException:
             w.state = W_NEW
@@ -1107,7 +959,7 @@ cdef class Worker:
             w.state = W_FAILED
             w.exited = 1
             self.close()
-            raise OSError(rc, "aiosubinterp: could not start a worker thread")
+            raise_os_error(rc, "aiosubinterp: could not start a worker thread")
         # GIL: main -> none (setup runs on the worker; never wait holding the main GIL)
         with nogil:
             pthread_mutex_lock(&w.q.mu)

@@ -48,7 +48,7 @@ cdef int buf_reserve(Buf* b, Py_ssize_t extra) except -1:
         cap = need
     p = <char*>realloc(b.data, cap)
     if p == NULL:
-        raise MemoryError("aiosubinterp: out of memory while encoding a value")
+        raise_no_memory("aiosubinterp: out of memory while encoding a value")
     b.data = p
     b.cap = cap
     return 0
@@ -108,7 +108,7 @@ cdef int encode_pickled(Buf* b, object obj) except -1:
     buf_i64(b, len(oob))
     for pb in oob:
         if not encode_share(b, pb, False):
-            raise ValueError("aiosubinterp: cannot share an out-of-band pickle buffer here")
+            raise_no_share_owner("aiosubinterp: cannot share an out-of-band pickle buffer here")
     buf_i64(b, PyBytes_GET_SIZE(data))
     return buf_put(b, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
@@ -236,7 +236,7 @@ cdef struct Reader:
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
     if n < 0 or r.end - r.p < n:
-        raise ValueError("aiosubinterp: corrupt transfer data (truncated); please report this bug")
+        raise_corrupt("truncated")
     return 0
 
 
@@ -341,7 +341,7 @@ cdef object decode_obj(Reader* r):
         tag = <unsigned char>r.p[0]
         r.p += 1
         if tag != TAG_PICKLE and tag != TAG_PICKLE_OOB:
-            raise ValueError("aiosubinterp: corrupt transfer data (ends); please report this bug")
+            raise_corrupt("ends")
         return decode_pickle(r, tag, ends)
     if tag == TAG_PICKLE_OOB:
         return decode_pickle(r, tag, None)
@@ -359,7 +359,7 @@ cdef object decode_obj(Reader* r):
         return PyUnicode_DecodeUTF8(start, n, "surrogatepass")
     if tag == TAG_BIGINT:
         return int.from_bytes(PyBytes_FromStringAndSize(start, n), "little", signed=True)
-    raise ValueError(f"aiosubinterp: corrupt transfer data (tag {tag}); please report this bug")
+    raise_corrupt(f"tag {tag}")
 
 
 cdef object decode_pickle(Reader* r, unsigned char tag, list ends):
@@ -391,7 +391,7 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
     try:
         value = decode_obj(&r)
         if r.p != r.end:
-            raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+            raise_corrupt("trailing bytes")
     except BaseException:
         blob_discard_from(data, size, r.adopted)
         chan_release_orphans()
@@ -450,5 +450,5 @@ def loads(data):
     r.adopted = NULL
     value = decode_obj(&r)
     if r.p != r.end:
-        raise ValueError("aiosubinterp: corrupt transfer data (trailing bytes); please report this bug")
+        raise_corrupt("trailing bytes")
     return value

@@ -46,6 +46,23 @@ def test_every_thread_state_switch_has_a_gil_comment():
     assert not missing, "thread-state switches without a `# GIL:` comment:\n" + "\n".join(missing)
 
 
+# Raised at their site, outside errors.pxi: argument checks (errors.pxi's
+# header states the rule). EndNotPicklableError is a TypeError (channel.pxi).
+ARGUMENT_ERRORS = {"TypeError", "ValueError", "EndNotPicklableError"}
+
+
+def test_c_failures_become_exceptions_only_in_errors_pxi():
+    outside = []
+    for path in SOURCES:
+        if path.suffix not in {".pyx", ".pxi"} or path.name == "errors.pxi":
+            continue
+        for i, line in enumerate(_code(path).splitlines()):
+            match = re.search(r"\braise\s+([A-Za-z_]\w*)", line)
+            if match and match.group(1) not in ARGUMENT_ERRORS:
+                outside.append(f"{path.name}:{i + 1}: {line.strip()}")
+    assert not outside, "raise through a raise_* helper of errors.pxi:\n" + "\n".join(outside)
+
+
 def test_the_built_module_bounds_cythons_module_state_lookup():
     # setup.py adds the bounds check Cython's per-interpreter module lookup
     # lacks (a new interpreter's first import of _core read one entry past

@@ -149,9 +149,25 @@ class Runner:
     `concurrency` at once), woken through the same pipe when jobs arrive; each
     finished job is posted at once. The session ends when nothing runs and
     nothing is queued, and the worker goes back to its C job loop.
+
+    The C job loop and this class call each other: the block comment at the
+    top of ext/worker.pxi lists every call either side makes, when, what it
+    returns and who owns the job at each step. All run on the worker's thread
+    holding its interpreter's GIL. The C side calls ``Runner(setup, handle)``
+    (setup), ``apply_settings``, ``run``, ``describe``,
+    ``describe_unsendable_result``, ``describe_minimal`` and ``shutdown``;
+    this class calls the ``_core._worker_*`` functions with ``handle``.
+
+    Thread-safety: one worker thread only (its own interpreter's).
     """
 
     def __init__(self, setup: tuple[object, ...], handle: int = 0) -> None:
+        """Called by C (_worker_main) once, before the worker is ready.
+
+        setup is (main_ref, preload, initializer, settings). handle is the
+        worker's C state (0: no worker; a coroutine job is then refused).
+        Raising fails the worker's start with that exception's description.
+        """
         main_ref, preload, initializer, settings = setup
         self._handle = handle
         self._loop = None  # the worker's asyncio loop, made on the first coroutine
@@ -181,6 +197,10 @@ class Runner:
             self.run(JOB_CALL, initializer)
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
+        """Called by C before a job when main's settings changed: (sys.path,).
+
+        Raising fails that job; the next job tries again.
+        """
         (path,) = settings
         # No importlib.invalidate_caches(): new entries have no cached finder
         # yet, and on 3.13 it imports importlib.metadata (~40 ms, 88 modules).
@@ -235,6 +255,11 @@ class Runner:
         raise ValueError(f"aiosubinterp: unknown job kind {kind}")
 
     def run(self, kind: int, payload: object) -> object:
+        """Called by C for the dispatched job: its value, or raises its error.
+
+        A coroutine runs here to its end (concurrency 1), or opens a session
+        that posts the job itself and returns None (concurrency > 1).
+        """
         fn, args, kw = self.target(kind, payload)
         try:
             result = fn(*args, **kw) if kw else fn(*args)
@@ -418,9 +443,11 @@ class Runner:
                 self._wake = None
 
     def describe(self, exc: BaseException) -> tuple[object, ...]:
+        """Called by C to post a job's error: describe_exception(exc)."""
         return describe_exception(exc)
 
     def describe_unsendable_result(self, value: object, exc: BaseException) -> tuple[object, ...]:
+        """Called by C when a job's value would not encode (exc says why)."""
         err = _errors_module().NotShareableError(
             f"the task returned a {type(value).__name__}, which cannot be sent back to the "
             f"caller: {type(exc).__name__}: {exc}. Return plain data (or a picklable object)."
@@ -428,9 +455,11 @@ class Runner:
         return describe_exception(err)
 
     def describe_minimal(self, exc: BaseException) -> tuple[object, ...]:
+        """Called by C when describe() failed: type and repr only."""
         return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
 
     def shutdown(self) -> None:
+        """Called by C once, after the worker's last job: close its event loop."""
         try:
             self._close_loop()
         finally:
