@@ -42,7 +42,7 @@ SHELL := /bin/bash
 PYTHON_VERSIONS ?= 3.13 3.12
 DEMO_PYTHON ?= 3.13
 LINT_PYTHON ?= 3.13
-EXTRAS ?= test,bench
+EXTRAS ?= test,bench,demo
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Backstop for a hang that pytest-timeout cannot interrupt (a deadlock in C
