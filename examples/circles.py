@@ -25,7 +25,8 @@ async def simulate(circles, params, frames, workers):
     strips = physics.split(circles, params, workers)
     rightward = [aiosubinterp.open_channel(maxsize=2) for _ in range(workers - 1)]
     leftward = [aiosubinterp.open_channel(maxsize=2) for _ in range(workers - 1)]
-    async with aiosubinterp.InterpreterPool(workers, preload=("aiosubinterp.demo.circles",)) as pool:
+    preload = ("aiosubinterp.demo.circles",)  # imported by every worker before the clock starts
+    async with aiosubinterp.InterpreterPool(workers, preload=preload) as pool:
         t0 = time.perf_counter()
         tasks = []
         for k, (lo, hi, owned) in enumerate(strips):

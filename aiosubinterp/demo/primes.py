@@ -1,4 +1,4 @@
-"""``python -m aiosubinterp demo --kind primes``: counting primes on one thread, threads, interpreters."""
+"""``python -m aiosubinterp demo --kind primes``: primes on one thread, threads, interpreters."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-async def _timed(label: str, coro_fn: Callable[[], Awaitable[int]]) -> tuple[str, float, float, int]:
+async def _timed(label: str,
+                 coro_fn: Callable[[], Awaitable[int]]) -> tuple[str, float, float, int]:
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     result = await coro_fn()
     wall = time.perf_counter() - t0
@@ -30,11 +31,11 @@ async def run_primes(workers: int, tasks: int, span: int) -> int:
 
     chunks = [(i * span, (i + 1) * span) for i in range(tasks)]
 
-    async def serial():
+    async def serial() -> int:
         return sum(count_primes(a, b) for a, b in chunks)
 
-    async def threads():
-        parts = []
+    async def threads() -> int:
+        parts: list[int] = []
         for k in range(0, len(chunks), workers):  # at most `workers` threads at once
             batch = chunks[k:k + workers]
             parts += await asyncio.gather(
@@ -44,7 +45,7 @@ async def run_primes(workers: int, tasks: int, span: int) -> int:
     async with asi.InterpreterPool(workers) as pool:
         await pool.run(count_primes, 0, 10)  # warm: the function's module is imported
 
-        async def interpreters():
+        async def interpreters() -> int:
             return sum(await asyncio.gather(*(pool.run(count_primes, a, b) for a, b in chunks)))
 
         rows = [

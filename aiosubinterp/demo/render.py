@@ -46,9 +46,9 @@ def frame(circles: Iterable[Sequence[float]], width: float, height: float,
     image.putpalette([v for rgb in PALETTE for v in rgb])
     draw = ImageDraw.Draw(image)
     for b in bounds[1:-1]:  # inner region borders, dashed
-        x = min(w - 1, int(b * scale))
-        for y in range(0, h, 6):
-            draw.line([(x, y), (x, min(h - 1, y + 2))], fill=_BORDER)
+        px = min(w - 1, int(b * scale))
+        for py in range(0, h, 6):
+            draw.line([(px, py), (px, min(h - 1, py + 2))], fill=_BORDER)
     for c in circles:
         x, y, r = c[1] * scale, c[2] * scale, c[5] * scale
         region = 0

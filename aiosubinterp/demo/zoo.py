@@ -25,8 +25,8 @@ import asyncio
 import dataclasses
 import os
 import platform
-import statistics
 import queue
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
