@@ -62,13 +62,13 @@ def test_frame_draws_each_circle_in_its_region_colour(tmp_path):
     path = tmp_path / "f.png"
     render.frame(circles, width, height, bounds, caption="two circles").save(path)
     with Image.open(path) as png:
-        assert png.format == "PNG" and png.size == (200, 100 + 14)  # canvas + caption line
+        assert png.format == "PNG" and png.size == (200, 100 + 18)  # canvas + caption line
         assert _rgb(png, (30, 40)) == render.PALETTE[render.region_colour(0)]
         assert _rgb(png, (150, 60)) == render.PALETTE[render.region_colour(1)]
         assert _rgb(png, (36, 40)) == render.PALETTE[render.region_colour(0)]  # inside r=8
         assert _rgb(png, (30, 52)) == render.PALETTE[render.BACKGROUND]  # outside it
         assert _rgb(png, (100, 0)) != render.PALETTE[render.BACKGROUND]  # the dashed border
-        caption = png.convert("RGB").crop((0, 100, 200, 114)).getcolors()
+        caption = png.convert("RGB").crop((0, 100, 200, 118)).getcolors()
         assert len(caption) > 1  # the caption drew something
 
 
@@ -78,7 +78,7 @@ def test_pictures_are_the_final_frame_and_the_first_frames(tmp_path):
     png, gif = render.pictures(str(tmp_path), params, circles, final, 2, 10, gif_frames=4)
     width, height = params
     with Image.open(png) as image:
-        assert image.size == (round(width), round(height) + 14)
+        assert image.size == (round(width), round(height) + 18)
         for c in final:  # away from the border, a circle's centre has its region's colour
             if abs(c[1] - width / 2) > 2 * physics.R_MAX:
                 region = 0 if c[1] < width / 2 else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from aiosubinterp.demo import circles as _circles
 from aiosubinterp.demo.circles import Circle, Params
@@ -26,7 +26,8 @@ PALETTE: list[tuple[int, int, int]] = [
 BACKGROUND = 0
 _BORDER = 1
 _REGION_COLOURS = len(PALETTE) - 2
-_CAPTION_HEIGHT = 14  # pixels below the canvas for the caption line
+_CAPTION_HEIGHT = 18  # pixels below the canvas for the caption line
+_CAPTION_FONT_SIZE = 12
 
 
 def region_colour(region: int) -> int:
@@ -56,7 +57,9 @@ def frame(circles: Iterable[Sequence[float]], width: float, height: float,
             region += 1
         draw.ellipse([x - r, y - r, x + r, y + r], fill=region_colour(region))
     if caption:
-        draw.text((3, h + 2), caption, fill=_BORDER)
+        # Pillow's bundled scalable font (the bitmap default is 10 px, hard to read).
+        font = ImageFont.load_default(size=_CAPTION_FONT_SIZE)
+        draw.text((4, h + 2), caption, fill=_BORDER, font=font)
     return image
 
 
@@ -75,14 +78,16 @@ def pictures(out_dir: str, params: Params, initial: list[Circle], final: list[Ci
     bounds = [width * k / workers for k in range(workers + 1)]
     png = os.path.join(out_dir, "circles_final.png")
     frame(final, width, height, bounds, scale,
-          caption=f"{len(final)} circles after {frames_run} frames, "
-                  f"{workers} regions (colour = region)").save(png, optimize=True)
+          caption=f"{len(final):,} circles after {frames_run} frames; colour = the strip "
+                  f"(of {workers}) that owns the circle, dashed = strip border"
+          ).save(png, optimize=True)
     gif_scale = min(scale, 480 / width)
     images = []
     state = list(initial)
     for k in range(gif_frames):
         images.append(frame(state, width, height, bounds, gif_scale,
-                            caption=f"frame {k * every}"))
+                            caption=f"frame {k * every} of {len(initial):,} circles "
+                                    f"in {workers} strips"))
         state = _circles.step_frames(state, params, every)
     gif = os.path.join(out_dir, "circles_first_frames.gif")
     images[0].save(gif, save_all=True, append_images=images[1:], duration=60, loop=0)
