@@ -90,7 +90,9 @@ def test_headline_of_an_unknown_or_broken_summary_is_none():
     assert bench.headline(_doc({"stats": {"a": 3}}, [], "bench_roundtrip")) is None
 
 
-def test_progress_off_a_terminal_prints_plain_lines(capsys):
+def test_progress_off_a_terminal_prints_plain_lines(capsys, monkeypatch):
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):  # would make rich call it a terminal
+        monkeypatch.delenv(name, raising=False)
     with bench._progress(2) as advance:
         advance(0, "bench_a.py")
         advance(1, "bench_b.py")

@@ -9,12 +9,14 @@ import sys
 from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Without the variables that make rich treat a pipe as a terminal.
+ENV = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
 
 
 def cli(*args, timeout=180, stderr=False):
     proc = subprocess.run([sys.executable, "-m", "aiosubinterp", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**ENV, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return (proc.stdout, proc.stderr) if stderr else proc.stdout
 
