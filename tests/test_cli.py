@@ -77,3 +77,14 @@ def test_bench_quick(tmp_path):
         assert png.text["Title"].startswith("bench_roundtrip: await round trip")
     # Not a terminal: plain progress lines, no escape codes.
     assert "[1/1]" in err and "\x1b[" not in err
+
+
+def test_without_the_extra_the_command_names_it():
+    for command, blocked, extra in (("demo", "PIL", "demo"), ("bench", "matplotlib", "bench")):
+        code = (f"import sys; sys.modules[{blocked!r}] = None; "
+                f"from aiosubinterp.__main__ import main; sys.exit(main([{command!r}]))")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=ROOT, timeout=60, env={**ENV, "PYTHONPATH": ROOT})
+        assert proc.returncode == 2, proc.stderr
+        assert f"pip install 'aiosubinterp[{extra}]'" in proc.stderr, proc.stderr
+        assert "round 1" not in proc.stdout  # stopped before running anything
