@@ -56,6 +56,16 @@ def test_chart_has_title_contenders_and_targets(tmp_path):
     assert {BLUE, GRAY, GREEN, RED} <= colours
 
 
+def test_chart_colours_the_dask_plugin_as_ours(tmp_path):
+    path = tmp_path / "c.png"
+    bench.chart(str(path), _doc({"median_tasks_per_s": {"dask threads": 30.0,
+                                                        "dask interpreters": 60.0}}, [],
+                                "bench_dask"))
+    with Image.open(path) as png:
+        colours = {rgb for _, rgb in png.convert("RGB").getcolors(maxcolors=1 << 20)}
+    assert {BLUE, GRAY} <= colours
+
+
 def test_chart_without_contenders_or_targets(tmp_path):
     path = tmp_path / "c.png"
     bench.chart(str(path), _doc({"unknown": 1}, [_target("lag p99", 0.9, "<", 2.0, "ms")]))
