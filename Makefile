@@ -5,7 +5,8 @@
 #                   3.14 and 3.15 in a Debian unstable root that
 #                   scripts/pythons.sh provisions (scripts/test-matrix.sh)
 #   make test-here  the suite on $(PYTHON_VERSIONS) found here, nothing else
-#   make demo       run `python -m aiosubinterp demo` on 3.13
+#   make demo       run `python -m aiosubinterp demo` on 3.13: the FPS table,
+#                   and (Pillow, the demo extra) a PNG and a GIF in ./aiosubinterp-demo/
 #   make bench      run every benchmarks/bench_*.py on $(PY) (default 3.13);
 #                   a version not found here runs in the Debian root
 #                   (make bench PY=3.14), as does WHERE=chroot (PY=3.13)
@@ -24,8 +25,8 @@
 #
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
-#                        names (build requirements, dependencies, test and bench
-#                        extras); redone when pyproject.toml changes
+#                        names (build requirements, dependencies, the $(EXTRAS)
+#                        extras: test, bench, demo); redone when pyproject.toml changes
 #   .venv-X/.ext.stamp   `pip install -e .` of the project, which builds
 #                        aiosubinterp/_core*.so in place; redone when ext/,
 #                        setup.py, pyproject.toml or the build switches change
@@ -42,7 +43,7 @@ SHELL := /bin/bash
 PYTHON_VERSIONS ?= 3.13 3.12
 DEMO_PYTHON ?= 3.13
 LINT_PYTHON ?= 3.13
-EXTRAS ?= test,bench
+EXTRAS ?= test,bench,demo
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Backstop for a hang that pytest-timeout cannot interrupt (a deadlock in C

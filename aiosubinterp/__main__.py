@@ -1,194 +1,22 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info``."""
+"""Command line: ``python -m aiosubinterp demo | bench | info``.
+
+Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-import platform
 import sys
-import time
+
+from aiosubinterp.demo import missing
 
 __all__ = ["main"]
 
 
-def _cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-async def _timed(label: str, coro_fn) -> tuple[str, float, float, object]:
-    cpu0, t0 = _cpu_seconds(), time.perf_counter()
-    result = await coro_fn()
-    wall = time.perf_counter() - t0
-    return label, wall, (_cpu_seconds() - cpu0) / wall, result
-
-
-async def _demo(workers: int, tasks: int, span: int) -> int:
-    import aiosubinterp as asi
-    from aiosubinterp._demowork import count_primes
-
-    chunks = [(i * span, (i + 1) * span) for i in range(tasks)]
-
-    async def serial():
-        return sum(count_primes(a, b) for a, b in chunks)
-
-    async def threads():
-        parts = []
-        for k in range(0, len(chunks), workers):  # at most `workers` threads at once
-            batch = chunks[k:k + workers]
-            parts += await asyncio.gather(
-                *(asyncio.to_thread(count_primes, a, b) for a, b in batch))
-        return sum(parts)
-
-    async with asi.InterpreterPool(workers) as pool:
-        await pool.run(count_primes, 0, 10)  # warm: the function's module is imported
-
-        async def interpreters():
-            return sum(await asyncio.gather(*(pool.run(count_primes, a, b) for a, b in chunks)))
-
-        rows = [
-            await _timed("one thread (plain Python)", serial),
-            await _timed(f"asyncio.to_thread, {workers} threads", threads),
-            await _timed(f"aiosubinterp, {workers} interpreters", interpreters),
-        ]
-
-    results = {row[3] for row in rows}
-    base = rows[0][1]
-    print(f"\nCounting primes below {tasks * span:,} in {tasks} tasks on {os.cpu_count()} CPUs "
-          f"(Python {platform.python_version()}):\n")
-    print(f"  {'how':<36} {'seconds':>8} {'speedup':>8} {'CPU/wall':>9}")
-    for label, wall, cpu_ratio, _ in rows:
-        print(f"  {label:<36} {wall:8.2f} {base / wall:7.2f}x {cpu_ratio:9.2f}")
-    print(f"\n  every contender found {rows[0][3]:,} primes" if len(results) == 1
-          else f"\n  MISMATCH: {sorted(results)}")
-    print("  CPU/wall near the worker count means the work really ran on that many cores;\n"
-          "  threads stay near 1.0 because they share the main interpreter's GIL.")
-    return 0 if len(results) == 1 else 1
-
-
-_PROBE_MODULES = ("json", "re", "math", "collections", "datetime", "decimal", "fractions",
-                  "hashlib", "pickle", "sqlite3", "ssl", "zlib", "xml.etree.ElementTree",
-                  "asyncio", "ctypes", "readline", "numpy", "uvloop")
-
-_PROBE_SCRIPT = """
-import asyncio, sys
-import aiosubinterp as asi
-from aiosubinterp._demowork import probe_import
-
-async def main(name):
-    async with asi.InterpreterPool(1) as pool:
-        try:
-            print("OK", await pool.run(probe_import, name))
-        except asi.ModuleRefusedError as exc:
-            print("refused", f"{exc.name} is not built for own-GIL interpreters")
-        except ModuleNotFoundError:
-            print("absent", "not installed")
-        except ImportError as exc:
-            print("error", type(exc).__name__ + ": " + str(exc).splitlines()[0])
-
-asyncio.run(main(sys.argv[1]))
-"""
-
-
-def _probe(name: str) -> tuple[str, str]:
-    """Import ``name`` in a worker of a fresh child process (some imports crash CPython)."""
-    import subprocess
-
-    try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT, name], capture_output=True,
-                              text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return "error", "timed out after 60 s"
-    status, _, detail = proc.stdout.strip().partition(" ")
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return ("crash" if status == "" else f"{status}, then crash",
-                f"child exit code {proc.returncode}: {tail[:100]}")
-    return status, detail
-
-
-def _info(probe: bool) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from aiosubinterp import _core, _quirks
-    from aiosubinterp._engine import hub as _loop
-    from aiosubinterp._engine import lifecycle as _lifecycle
-
-    print(f"aiosubinterp {__import__('aiosubinterp').__version__}")
-    print(f"Python {platform.python_version()} ({sys.executable})")
-    own_gil = sys.version_info >= (3, 12)
-    print(f"per-interpreter GIL (PEP 684): {'yes' if own_gil else 'no: needs 3.12+'}")
-    print(f"CPUs: {os.cpu_count()} in the machine, {_lifecycle.default_size()} usable "
-          "(default pool size)")
-    print(f"wakeup: {_loop.wakeup_mechanism()}")
-    print(f"C accelerators kept out of workers: {', '.join(_quirks.blocked_modules()) or 'none'}")
-    print(f"main interpreter id: {_core.main_interpreter_id()}")
-    if not probe:
-        return 0
-    print("\nimporting common modules in a worker (each in a child process):")
-    with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as ex:
-        results = list(ex.map(_probe, _PROBE_MODULES))
-    for name, (status, detail) in zip(_PROBE_MODULES, results, strict=True):
-        print(f"  {name:<24} {status:<8} {detail}")
-    return 0
-
-
-async def _circles_demo(args: argparse.Namespace) -> int:
-    import statistics
-
-    from aiosubinterp import _circles, _zoo
-
-    params, initial = _circles.initial_state(args.circles, args.seed)
-    _circles.split(initial, params, args.workers)  # a clear error before anything runs
-    print(f"\n{args.circles:,} circles on a {params[0]:.0f}x{params[1]:.0f} canvas, "
-          f"{args.frames} frames, {args.workers} regions, {args.rounds} round(s); "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
-    fps: dict[str, list[float]] = {name: [] for name in args.contenders}
-    cpu: dict[str, list[float]] = {name: [] for name in args.contenders}
-    other: dict[str, list[float]] = {name: [] for name in args.contenders}
-    labels: dict[str, str] = {}
-    reference = _zoo.reference_result(initial, params, args.frames)
-    mismatched: set[str] = set()
-    final = reference
-    for r in range(args.rounds):
-        k = r % len(args.contenders)  # rotate the order from round to round
-        order = args.contenders[k:] + args.contenders[:k]
-        for name in order:
-            print(f"  round {r + 1}: {name} ...", end="", flush=True)
-            busy0 = _zoo.machine_busy()
-            outcome = await _zoo.run_contender(name, initial, params, args.frames, args.workers)
-            busy = _zoo.machine_busy(busy0)
-            print(f" {outcome.fps(args.frames):.0f} fps", flush=True)
-            labels[name] = outcome.label
-            fps[name].append(outcome.fps(args.frames))
-            cpu[name].append(outcome.cpu)
-            other[name].append(max(0.0, busy - outcome.cpu))
-            if outcome.circles != reference:
-                mismatched.add(name)
-            if name == "aiosubinterp":
-                final = outcome.circles
-    base = statistics.median(fps["single"]) if "single" in fps else None
-    print(f"\n  {'contender':<36} {'FPS':>7} {'vs single':>10} {'CPU/wall':>9} "
-          f"{'other load':>11}  same positions")
-    for name in args.contenders:
-        f = statistics.median(fps[name])
-        ratio = f"{f / base:9.2f}x" if base else f"{'-':>10}"
-        print(f"  {labels[name]:<36} {f:7.1f} {ratio} {statistics.median(cpu[name]):9.2f} "
-              f"{statistics.median(other[name]):11.2f}  "
-              f"{'NO' if name in mismatched else 'yes'}")
-    print("\n  FPS: median over the rounds. CPU/wall: cores this process tree kept busy;\n"
-          "  other load: cores busy with other processes meanwhile (noise on a shared machine).\n"
-          f"  same positions: every circle equal, bit for bit, to the single-threaded run "
-          f"after {args.frames} frames.")
-    png, gif = _zoo.render(args.out, params, initial, final, args.workers)
-    where, png, gif = (os.path.abspath(p) for p in (args.out, png, gif))  # noqa: ASYNC240 - the demo's own files, after the timed part
-    print(f"\n  images in {where}/:\n    final frame:  {png}\n    first frames: {gif}")
-    return 1 if mismatched else 0
-
-
 def _contenders(value: str) -> list[str]:
-    from aiosubinterp._zoo import CONTENDERS
+    from aiosubinterp.demo.zoo import CONTENDERS
 
     names = [v.strip() for v in value.split(",") if v.strip()]
     bad = [n for n in names if n not in CONTENDERS]
@@ -241,16 +69,29 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) < 1:
                 parser.error(f"--{name} must be at least 1")
         if args.kind == "primes":
-            return asyncio.run(_demo(args.workers, args.tasks, args.span))
+            from aiosubinterp.demo.primes import run_primes
+
+            return asyncio.run(run_primes(args.workers, args.tasks, args.span))
+        problem = missing("demo", "PIL")
+        if problem:  # before the minutes of simulation whose pictures it could not write
+            parser.error(f"demo: the pictures need Pillow; {problem}")
+        from aiosubinterp.demo.zoo import run_demo
+
         try:
-            return asyncio.run(_circles_demo(args))
+            return asyncio.run(run_demo(args.circles, args.frames, args.workers, args.contenders,
+                                        args.rounds, args.seed, args.out))
         except ValueError as exc:
             parser.error(str(exc))
     if args.command == "bench":
-        from aiosubinterp._benchcli import run_bench
+        problem = missing("bench", "matplotlib", "rich")
+        if problem:
+            parser.error(f"bench: the charts and progress bar need matplotlib and rich; {problem}")
+        from aiosubinterp.demo.bench import run_bench
 
         return run_bench(args.quick, args.only, args.out, args.dir)
-    return _info(not args.no_probe)
+    from aiosubinterp.demo.info import run_info
+
+    return run_info(not args.no_probe)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The canvas is cut into vertical strips, one per worker interpreter. Each
 frame, a worker moves its circles, sends its neighbours the circles that
 crossed into their strip plus copies of those near the border, receives
-theirs, and resolves collisions (aiosubinterp._circles has the physics,
+theirs, and resolves collisions (aiosubinterp.demo.circles has the physics,
 shared by every contender of ``python -m aiosubinterp demo``). Neighbours
 talk through channels directly; the main interpreter only hands out the
 strips and collects the result, which must equal the single-threaded run.
@@ -18,21 +18,22 @@ import sys
 import time
 
 import aiosubinterp
-from aiosubinterp import _circles
+from aiosubinterp.demo import circles as physics
 
 
 async def simulate(circles, params, frames, workers):
-    strips = _circles.split(circles, params, workers)
+    strips = physics.split(circles, params, workers)
     rightward = [aiosubinterp.open_channel(maxsize=2) for _ in range(workers - 1)]
     leftward = [aiosubinterp.open_channel(maxsize=2) for _ in range(workers - 1)]
-    async with aiosubinterp.InterpreterPool(workers, preload=("aiosubinterp._circles",)) as pool:
+    preload = ("aiosubinterp.demo.circles",)  # imported by every worker before the clock starts
+    async with aiosubinterp.InterpreterPool(workers, preload=preload) as pool:
         t0 = time.perf_counter()
         tasks = []
         for k, (lo, hi, owned) in enumerate(strips):
             left = (leftward[k - 1][0], rightward[k - 1][1]) if k > 0 else (None, None)
             right = (rightward[k][0], leftward[k][1]) if k < workers - 1 else (None, None)
             # The channel ends cross to the worker as arguments.
-            tasks.append(pool.submit(_circles.channel_region, owned, lo, hi, params, frames,
+            tasks.append(pool.submit(physics.channel_region, owned, lo, hi, params, frames,
                                      *left, *right))
         # A channel end passed to a worker is the same end: each worker closes
         # its ends when it finishes (closing them here would close them there).
@@ -44,9 +45,9 @@ async def simulate(circles, params, frames, workers):
 
 async def main(n, frames):
     workers = os.cpu_count() or 2
-    params, circles = _circles.initial_state(n, seed=0)
+    params, circles = physics.initial_state(n, seed=0)
     t0 = time.perf_counter()
-    reference = sorted(_circles.step_frames(circles, params, frames))
+    reference = sorted(physics.step_frames(circles, params, frames))
     single = time.perf_counter() - t0
     result, wall = await simulate(circles, params, frames, workers)
     print(f"{n} circles, {frames} frames: single thread {frames / single:.0f} fps, "

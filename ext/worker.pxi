@@ -1,7 +1,7 @@
 # worker.pxi: the worker OS thread, its job loop, the worker-side functions
 # Runner calls (the contract below), and the Worker handle.
 #
-# == The contract between the C job loop and Runner (aiosubinterp/_worker.py) ==
+# == The contract between the C job loop and Runner (aiosubinterp/_inside/worker.py) ==
 #
 # Every call marked [C -> Python] or [Python -> C] is made on the worker's own
 # OS thread, inside its interpreter, holding that interpreter's GIL ("sub")

@@ -6,15 +6,19 @@ import os
 import subprocess
 import sys
 
+from PIL import Image
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Without the variables that make rich treat a pipe as a terminal.
+ENV = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
 
 
-def cli(*args, timeout=180):
+def cli(*args, timeout=180, stderr=False):
     proc = subprocess.run([sys.executable, "-m", "aiosubinterp", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+                          env={**ENV, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return (proc.stdout, proc.stderr) if stderr else proc.stdout
 
 
 def test_demo_circles(tmp_path):
@@ -26,8 +30,10 @@ def test_demo_circles(tmp_path):
         assert line.rstrip().endswith("yes"), line  # same positions as single-threaded
     assert "FPS" in out and "vs single" in out
     assert f"final frame:  {tmp_path}/circles_final.png" in out
-    assert (tmp_path / "circles_final.png").stat().st_size > 1000
-    assert (tmp_path / "circles_first_frames.gif").stat().st_size > 1000
+    with Image.open(tmp_path / "circles_final.png") as png:
+        assert png.format == "PNG" and len(png.convert("RGB").getcolors(1 << 16)) > 3
+    with Image.open(tmp_path / "circles_first_frames.gif") as gif:
+        assert gif.format == "GIF" and gif.n_frames == 40
 
 
 def test_demo_subset_and_errors(tmp_path):
@@ -59,8 +65,26 @@ def test_info():
 
 
 def test_bench_quick(tmp_path):
-    out = cli("bench", "--quick", "--only", "roundtrip", "--out", str(tmp_path), timeout=300)
+    out, err = cli("bench", "--quick", "--only", "roundtrip", "--out", str(tmp_path),
+                   timeout=300, stderr=True)
     assert f"report: {tmp_path}/report.md" in out
     report = (tmp_path / "report.md").read_text()
     assert "| # | target | measured | limit | verdict |" in report
-    assert (tmp_path / "bench_roundtrip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| contender | round trip of a trivial task, p50, µs (lower is better) |" in report
+    assert "| aiosubinterp |" in report and "![bench_roundtrip: " in report
+    with Image.open(tmp_path / "bench_roundtrip.png") as png:
+        assert png.format == "PNG" and png.size[0] == 1100
+        assert png.text["Title"].startswith("bench_roundtrip: await round trip")
+    # Not a terminal: plain progress lines, no escape codes.
+    assert "[1/1]" in err and "\x1b[" not in err
+
+
+def test_without_the_extra_the_command_names_it():
+    for command, blocked, extra in (("demo", "PIL", "demo"), ("bench", "matplotlib", "bench")):
+        code = (f"import sys; sys.modules[{blocked!r}] = None; "
+                f"from aiosubinterp.__main__ import main; sys.exit(main([{command!r}]))")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=ROOT, timeout=60, env={**ENV, "PYTHONPATH": ROOT})
+        assert proc.returncode == 2, proc.stderr
+        assert f"pip install 'aiosubinterp[{extra}]'" in proc.stderr, proc.stderr
+        assert "round 1" not in proc.stdout  # stopped before running anything

@@ -1,14 +1,12 @@
-"""The circles zoo: same physics in every contender, and the pictures are valid files."""
+"""The circles zoo: same physics in every contender; the pictures show the circles."""
 
 from __future__ import annotations
 
-import asyncio
-import struct
-import zlib
-
 import pytest
+from PIL import Image
 
-from aiosubinterp import _circles, _render, _zoo
+from aiosubinterp.demo import circles as physics
+from aiosubinterp.demo import missing, render, zoo
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -21,24 +19,20 @@ def _resource_tracker():
 
 
 @pytest.mark.parametrize("workers", [2, 3])
-def test_every_contender_reproduces_the_reference(workers):
-    params, circles = _circles.initial_state(400, seed=7)
-    reference = _zoo.reference_result(circles, params, 40)
-
-    async def main():
-        return [await _zoo.run_contender(name, circles, params, 40, workers)
-                for name in _zoo.CONTENDERS]
-
-    outcomes = asyncio.run(main())
-    assert [o.name for o in outcomes] == list(_zoo.CONTENDERS)
+async def test_every_contender_reproduces_the_reference(workers):
+    params, circles = physics.initial_state(400, seed=7)
+    reference = zoo.reference_result(circles, params, 40)
+    outcomes = [await zoo.run_contender(name, circles, params, 40, workers)
+                for name in zoo.CONTENDERS]
+    assert [o.name for o in outcomes] == list(zoo.CONTENDERS)
     for outcome in outcomes:
         assert outcome.circles == reference, outcome.name  # bit for bit, every circle
         assert len(outcome.circles) == 400
 
 
 def test_the_simulation_does_something():
-    params, circles = _circles.initial_state(400, seed=1)
-    after = _zoo.reference_result(circles, params, 30)
+    params, circles = physics.initial_state(400, seed=1)
+    after = zoo.reference_result(circles, params, 30)
     width, height = params
     assert all(c[5] <= c[1] <= width - c[5] and c[5] <= c[2] <= height - c[5] for c in after)
     # Some circles collided: their speed changed (walls keep it).
@@ -52,97 +46,60 @@ def test_the_simulation_does_something():
 
 
 def test_strips_too_narrow_are_refused():
-    params, circles = _circles.initial_state(100)
+    params, circles = physics.initial_state(100)
     with pytest.raises(ValueError, match="narrower"):
-        _circles.split(circles, params, 40)
+        physics.split(circles, params, 40)
 
 
-def _decode_gif(data: bytes) -> tuple[int, int, list[bytes]]:
-    """A small independent GIF decoder (LZW) to check our encoder."""
-    assert data[:6] == b"GIF89a"
-    w, h, flags = struct.unpack("<HHB", data[6:11])
-    pos = 13 + 3 * (2 << (flags & 7))
-    frames = []
-    while data[pos] != 0x3B:
-        if data[pos] == 0x21:  # extension: skip sub-blocks
-            pos += 2
-            while data[pos]:
-                pos += data[pos] + 1
-            pos += 1
-            continue
-        assert data[pos] == 0x2C
-        pos += 10
-        min_size = data[pos]
-        pos += 1
-        raw = bytearray()
-        while data[pos]:
-            raw += data[pos + 1:pos + 1 + data[pos]]
-            pos += data[pos] + 1
-        pos += 1
-        clear, eoi = 1 << min_size, (1 << min_size) + 1
-        size, bits, value, out = min_size + 1, 0, 0, bytearray()
-        table: list[bytes] = []
-        prev = None
-        for byte in raw:
-            value |= byte << bits
-            bits += 8
-            while bits >= size:
-                code = value & ((1 << size) - 1)
-                value >>= size
-                bits -= size
-                if code == clear:
-                    table = [bytes((i,)) for i in range(clear)] + [b"", b""]
-                    size, prev = min_size + 1, None
-                    continue
-                if code == eoi:
-                    bits = -10**9
-                    break
-                if prev is None:
-                    entry = table[code]
-                else:
-                    entry = table[code] if code < len(table) else prev + prev[:1]
-                    if len(table) < 4096:
-                        table.append(prev + entry[:1])
-                        if len(table) == (1 << size) and size < 12:
-                            size += 1
-                out += entry
-                prev = entry
-        frames.append(bytes(out))
-    return w, h, frames
+def _rgb(image, xy):
+    return image.convert("RGB").getpixel(xy)
 
 
-def test_gif_and_png_round_trip(tmp_path):
-    import random
-
-    rng = random.Random(3)
-    frames = [bytes(rng.choice((0, 0, 0, 1, 2, 5)) for _ in range(97 * 61)) for _ in range(3)]
-    frames.append(bytes(97 * 61))  # long runs
-    path = tmp_path / "t.gif"
-    _render.write_gif(str(path), 97, 61, frames)
-    w, h, decoded = _decode_gif(path.read_bytes())
-    assert (w, h) == (97, 61)
-    assert decoded == frames
-
-    png = tmp_path / "t.png"
-    _render.write_png(str(png), 97, 61, frames[0])
-    data = png.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    idat = data.index(b"IDAT")
-    length = struct.unpack(">I", data[idat - 4:idat])[0]
-    rows = zlib.decompress(data[idat + 4:idat + 4 + length])
-    assert b"".join(rows[y * 98 + 1:(y + 1) * 98] for y in range(61)) == frames[0]
+def test_frame_draws_each_circle_in_its_region_colour(tmp_path):
+    width, height = 200.0, 100.0
+    bounds = [0.0, 100.0, 200.0]
+    circles = [(0, 30.0, 40.0, 0.0, 0.0, 8.0), (1, 150.0, 60.0, 0.0, 0.0, 5.0)]
+    path = tmp_path / "f.png"
+    render.frame(circles, width, height, bounds, caption="two circles").save(path)
+    with Image.open(path) as png:
+        assert png.format == "PNG" and png.size == (200, 100 + 18)  # canvas + caption line
+        assert _rgb(png, (30, 40)) == render.PALETTE[render.region_colour(0)]
+        assert _rgb(png, (150, 60)) == render.PALETTE[render.region_colour(1)]
+        assert _rgb(png, (36, 40)) == render.PALETTE[render.region_colour(0)]  # inside r=8
+        assert _rgb(png, (30, 52)) == render.PALETTE[render.BACKGROUND]  # outside it
+        assert _rgb(png, (100, 0)) != render.PALETTE[render.BACKGROUND]  # the dashed border
+        caption = png.convert("RGB").crop((0, 100, 200, 118)).getcolors()
+        assert len(caption) > 1  # the caption drew something
 
 
-def test_render_writes_the_pictures(tmp_path):
-    params, circles = _circles.initial_state(300, seed=2)
-    final = _zoo.reference_result(circles, params, 10)
-    png, gif = _zoo.render(str(tmp_path), params, circles, final, 2, gif_frames=4)
-    with open(gif, "rb") as f:
-        w, h, frames = _decode_gif(f.read())
-    assert len(frames) == 4 and all(len(f) == w * h for f in frames)
-    assert any(set(f) - {0, 1} for f in frames)  # circles were drawn
-    with open(png, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+def test_pictures_are_the_final_frame_and_the_first_frames(tmp_path):
+    params, circles = physics.initial_state(300, seed=2)
+    final = zoo.reference_result(circles, params, 10)
+    png, gif = render.pictures(str(tmp_path), params, circles, final, 2, 10, gif_frames=4)
+    width, height = params
+    with Image.open(png) as image:
+        assert image.size == (round(width), round(height) + 18)
+        for c in final:  # away from the border, a circle's centre has its region's colour
+            if abs(c[1] - width / 2) > 2 * physics.R_MAX:
+                region = 0 if c[1] < width / 2 else 1
+                assert _rgb(image, (int(c[1]), int(c[2]))) == \
+                    render.PALETTE[render.region_colour(region)], c
+    with Image.open(gif) as anim:
+        assert anim.format == "GIF" and anim.n_frames == 4 and anim.is_animated
+        assert anim.size[0] <= 480 and anim.info.get("loop") == 0
+        first = anim.convert("RGB")
+        anim.seek(3)
+        last = anim.convert("RGB")
+        assert first.tobytes() != last.tobytes()  # the circles moved
+        colours = {rgb for _, rgb in last.getcolors(maxcolors=1 << 16)}
+        assert render.PALETTE[render.region_colour(0)] in colours
+        assert render.PALETTE[render.region_colour(1)] in colours
+
+
+def test_missing_extra_names_the_extra():
+    assert missing("demo", "json") is None
+    message = missing("demo", "no_such_module_xyz")
+    assert "no_such_module_xyz" in message and "pip install 'aiosubinterp[demo]'" in message
 
 
 def _run_example(*args, timeout=120):

@@ -89,10 +89,10 @@ def _package_imports(path: pathlib.Path) -> set[str]:
     found: set[str] = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiosubinterp"):
-            if node.module == "aiosubinterp":
-                found.update(f"aiosubinterp.{alias.name}" for alias in node.names)
-            else:
-                found.add(node.module)
+            # `from aiosubinterp.demo import circles` imports the package and,
+            # if circles is a module, that module too.
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("aiosubinterp."))
     return found
@@ -102,7 +102,11 @@ def test_no_import_cycle_between_the_package_modules():
     # Imports inside functions and `if TYPE_CHECKING:` blocks do not count:
     # they run after both modules exist.
     package = EXT.parent / "aiosubinterp"
-    modules = {f"aiosubinterp.{p.stem}": p for p in package.glob("*.py") if p.stem != "__init__"}
+    # Subpackages too (aiosubinterp.demo.zoo); a package is named by its __init__.py.
+    modules = {".".join(("aiosubinterp", *p.relative_to(package).with_suffix("").parts))
+               .removesuffix(".__init__"): p for p in package.rglob("*.py")
+               if p.relative_to(package).parts != ("__init__.py",)}
+    assert "aiosubinterp.demo.zoo" in modules and "aiosubinterp.demo" in modules
     graph = {name: _package_imports(path) & modules.keys() for name, path in modules.items()}
     done: set[str] = set()
 

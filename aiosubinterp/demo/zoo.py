@@ -1,7 +1,7 @@
 """The circles zoo: the same simulation on one thread, threads, processes and interpreters.
 
 Every contender steps the canvas split into vertical strips with
-:mod:`aiosubinterp._circles`; they differ only in who runs a strip and how
+:mod:`aiosubinterp.demo.circles`; they differ only in who runs a strip and how
 neighbouring strips swap their border circles each frame:
 
 - ``single``: one thread, the whole canvas as one region (the reference);
@@ -24,16 +24,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import platform
 import queue
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiosubinterp import _circles, _render
-from aiosubinterp._circles import Circle, Params
+from aiosubinterp.demo import circles as _circles
+from aiosubinterp.demo.circles import Circle, Params
 
-__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "render", "run_contender"]
+__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "run_contender",
+           "run_demo"]
 
 CONTENDERS = ("single", "threads", "processes", "aiosubinterp")
 
@@ -197,39 +200,13 @@ async def run_contender(name: str, circles: list[Circle], params: Params, frames
     if name == "aiosubinterp":
         import aiosubinterp as asi
 
-        async with asi.InterpreterPool(workers, preload=("aiosubinterp._circles",)) as pool:
+        async with asi.InterpreterPool(workers, preload=("aiosubinterp.demo.circles",)) as pool:
             cpu0, t0 = _cpu(), time.perf_counter()
             out = await _run_interpreters(pool, circles, params, frames, workers)
             wall = time.perf_counter() - t0
             cpu = _cpu() - cpu0
         return Outcome(name, label, wall, cpu / wall, _by_id(out))
     raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
-
-
-def render(out_dir: str, params: Params, initial: list[Circle], final: list[Circle],
-           workers: int, gif_frames: int = 40, every: int = 3,
-           scale: float = 1.0) -> tuple[str, str]:
-    """The final frame as PNG and an animated GIF of the first frames (one in ``every``).
-
-    The GIF's frames are recomputed with the reference step (the contenders'
-    results are checked equal to it), at most 480 pixels wide.
-    """
-    os.makedirs(out_dir, exist_ok=True)
-    width, height = params
-    bounds = [width * k / workers for k in range(workers + 1)]
-    png = os.path.join(out_dir, "circles_final.png")
-    w, h, pixels = _render.raster(final, width, height, bounds, scale)
-    _render.write_png(png, w, h, pixels)
-    gif_scale = min(scale, 480 / width)
-    frames = []
-    state = list(initial)
-    for _ in range(gif_frames):
-        frames.append(_render.raster(state, width, height, bounds, gif_scale)[2])
-        state = _circles.step_frames(state, params, every)
-    gw, gh, _ = _render.raster([], width, height, bounds, gif_scale)
-    gif = os.path.join(out_dir, "circles_first_frames.gif")
-    _render.write_gif(gif, gw, gh, frames, delay_cs=6)
-    return png, gif
 
 
 def reference_result(circles: list[Circle], params: Params, frames: int) -> list[Circle]:
@@ -250,3 +227,61 @@ def machine_busy(start: tuple[int, int] | None = None) -> Any:
         return snap
     total = snap[1] - start[1]
     return (snap[0] - start[0]) / total * (os.cpu_count() or 1) if total > 0 else float("nan")
+
+
+async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence[str],
+                   rounds: int, seed: int, out: str) -> int:
+    """The ``demo`` command: every contender ``rounds`` times, a table, the pictures.
+
+    Returns the exit code: 1 if a contender's circles differ from the reference.
+    Raises ValueError (before anything runs) if the strips would be too narrow.
+    """
+    from aiosubinterp.demo import render
+
+    contenders = list(contenders)
+    params, initial = _circles.initial_state(circles, seed)
+    _circles.split(initial, params, workers)  # a clear error before anything runs
+    print(f"\n{circles:,} circles on a {params[0]:.0f}x{params[1]:.0f} canvas, "
+          f"{frames} frames, {workers} regions, {rounds} round(s); "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
+    fps: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    other: dict[str, list[float]] = {name: [] for name in contenders}
+    labels: dict[str, str] = {}
+    reference = reference_result(initial, params, frames)
+    mismatched: set[str] = set()
+    final = reference
+    for r in range(rounds):
+        k = r % len(contenders)  # rotate the order from round to round
+        order = contenders[k:] + contenders[:k]
+        for name in order:
+            print(f"  round {r + 1}: {name} ...", end="", flush=True)
+            busy0 = machine_busy()
+            outcome = await run_contender(name, initial, params, frames, workers)
+            busy = machine_busy(busy0)
+            print(f" {outcome.fps(frames):.0f} fps", flush=True)
+            labels[name] = outcome.label
+            fps[name].append(outcome.fps(frames))
+            cpu[name].append(outcome.cpu)
+            other[name].append(max(0.0, busy - outcome.cpu))
+            if outcome.circles != reference:
+                mismatched.add(name)
+            if name == "aiosubinterp":
+                final = outcome.circles
+    base = statistics.median(fps["single"]) if "single" in fps else None
+    print(f"\n  {'contender':<36} {'FPS':>7} {'vs single':>10} {'CPU/wall':>9} "
+          f"{'other load':>11}  same positions")
+    for name in contenders:
+        f = statistics.median(fps[name])
+        ratio = f"{f / base:9.2f}x" if base else f"{'-':>10}"
+        print(f"  {labels[name]:<36} {f:7.1f} {ratio} {statistics.median(cpu[name]):9.2f} "
+              f"{statistics.median(other[name]):11.2f}  "
+              f"{'NO' if name in mismatched else 'yes'}")
+    print("\n  FPS: median over the rounds. CPU/wall: cores this process tree kept busy;\n"
+          "  other load: cores busy with other processes meanwhile (noise on a shared machine).\n"
+          f"  same positions: every circle equal, bit for bit, to the single-threaded run "
+          f"after {frames} frames.")
+    png, gif = render.pictures(out, params, initial, final, workers, frames)
+    where, png, gif = (os.path.abspath(p) for p in (out, png, gif))  # noqa: ASYNC240 - the demo's own files, after the timed part
+    print(f"\n  images in {where}/:\n    final frame:  {png}\n    first frames: {gif}")
+    return 1 if mismatched else 0

@@ -1,4 +1,7 @@
-"""CPU-bound pure-Python work for the demo. Worker-side: no asyncio here."""
+"""CPU-bound pure-Python work for `demo --kind primes` and the `info` probe.
+
+Worker-side: interpreters import it, so no asyncio here.
+"""
 
 from __future__ import annotations
 
