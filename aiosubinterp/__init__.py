@@ -68,11 +68,11 @@ _LAZY = {
     "BrokenInterpreterPool": "_engine.executor",
     "InterpreterPoolExecutor": "_engine.executor",
     "Interpreter": "_engine.pool",
-    "InterpreterInfo": "_engine.introspect",
-    "active_count": "_engine.introspect",
-    "get_current": "_engine.introspect",
-    "get_main": "_engine.introspect",
-    "list_all": "_engine.introspect",
+    "InterpreterInfo": "_introspect",
+    "active_count": "_introspect",
+    "get_current": "_introspect",
+    "get_main": "_introspect",
+    "list_all": "_introspect",
     "InterpreterPool": "_engine.pool",
     "run": "_engine.pool",
     "Task": "_engine.task",
@@ -110,11 +110,6 @@ if TYPE_CHECKING:
     from aiosubinterp._dask import DaskPool as DaskPool
     from aiosubinterp._engine.executor import BrokenInterpreterPool as BrokenInterpreterPool
     from aiosubinterp._engine.executor import InterpreterPoolExecutor as InterpreterPoolExecutor
-    from aiosubinterp._engine.introspect import InterpreterInfo as InterpreterInfo
-    from aiosubinterp._engine.introspect import active_count as active_count
-    from aiosubinterp._engine.introspect import get_current as get_current
-    from aiosubinterp._engine.introspect import get_main as get_main
-    from aiosubinterp._engine.introspect import list_all as list_all
     from aiosubinterp._engine.pool import Interpreter as Interpreter
     from aiosubinterp._engine.pool import InterpreterPool as InterpreterPool
     from aiosubinterp._engine.pool import run as run
@@ -132,6 +127,11 @@ if TYPE_CHECKING:
     from aiosubinterp._errors import PoolClosedError as PoolClosedError
     from aiosubinterp._errors import WorkerCrashedError as WorkerCrashedError
     from aiosubinterp._errors import WouldBlock as WouldBlock
+    from aiosubinterp._introspect import InterpreterInfo as InterpreterInfo
+    from aiosubinterp._introspect import active_count as active_count
+    from aiosubinterp._introspect import get_current as get_current
+    from aiosubinterp._introspect import get_main as get_main
+    from aiosubinterp._introspect import list_all as list_all
     from aiosubinterp._process.pool import ProcessPool as ProcessPool
 
 

@@ -222,7 +222,7 @@ def test_worker_side_modules_do_not_import_asyncio():
     # once a loop ran, and uvloop refuses to load there.
     code = ("import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._inside.worker, "
             "aiosubinterp._channels.ends, aiosubinterp._inside.chunks, aiosubinterp.demo.work, "
-            "aiosubinterp.demo.circles, aiosubinterp._engine.introspect; "
+            "aiosubinterp.demo.circles, aiosubinterp._introspect; "
             "print(sorted(m for m in ('asyncio', 'uvloop') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -14,7 +14,6 @@ from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import fallback as _procfallback
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
-from aiosubinterp._engine.introspect import InterpreterInfo
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     NotShareableError,
@@ -22,6 +21,7 @@ from aiosubinterp._errors import (
 )
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._inside.worker import coroutine_refusal, coroutines_supported, describe_exception
+from aiosubinterp._introspect import InterpreterInfo
 
 __all__ = ["Interpreter", "InterpreterPool", "run"]
 
