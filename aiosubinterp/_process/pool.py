@@ -43,7 +43,7 @@ from aiosubinterp._process.wire import (
     Reader,
     send_frame,
 )
-from aiosubinterp._process.worker import CANCELLED, ERROR, OK, bootstrap_source
+from aiosubinterp._process.worker import bootstrap_source
 
 __all__ = ["ProcessPool"]
 
@@ -441,17 +441,13 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         try:
             status, value, released = _procwire.decode(body, fds, on_end=self._end_for(proc))
         except Exception as exc:  # noqa: BLE001 - the awaiter gets it
-            status, value, released = None, exc, ()
+            status, value, released = _core.STATUS_LOCAL_ERROR, exc, ()
         for key in released:
             self._close_key(key, proc)
-        if status == OK:
-            code = _core.STATUS_OK
-        elif status == ERROR:
-            code, value = _core.STATUS_ERROR, _with_exception(value)
-        elif status == CANCELLED:
-            code = _core.STATUS_CANCELLED
-        else:
-            code = _core.STATUS_LOCAL_ERROR
+        if status == _core.STATUS_ERROR:  # the codes are _core's (see _process.worker)
+            value = _with_exception(value)
+        elif status not in (_core.STATUS_OK, _core.STATUS_CANCELLED):
+            status = _core.STATUS_LOCAL_ERROR  # the frame could not be decoded: value says why
         retire = False
         with self._lock:
             job = self._running.pop(tid, None)
@@ -468,7 +464,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 nxt = self._next_job(proc)
             self._changed.notify_all()
         if job is not None:
-            self._deliver(job, code, value)
+            self._deliver(job, status, value)
         if nxt is not None:
             self._dispatch(proc, nxt)
         if retire:

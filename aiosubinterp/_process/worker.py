@@ -17,6 +17,7 @@ import socket
 import sys
 import types
 
+from aiosubinterp import _core
 from aiosubinterp._errors import NotShareableError
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._process import wire as _procwire
@@ -41,9 +42,11 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-OK = 1
-ERROR = 2
-CANCELLED = 3
+# The status of a RESULT frame: the same codes the interpreter backend's
+# completions carry, so the pool hands them to Task._deliver unchanged.
+OK = _core.STATUS_OK
+ERROR = _core.STATUS_ERROR
+CANCELLED = _core.STATUS_CANCELLED
 
 
 class _State:
