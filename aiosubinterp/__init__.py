@@ -90,9 +90,9 @@ _LAZY = {
     "SharedBuffer": "_core",
     "SharedLock": "_core",
     # Dask: imported on first use only, so dask and distributed stay optional.
-    "DaskInterpreterExecutor": "_dask",
-    "DaskInterpreterPlugin": "_dask",
-    "DaskPool": "_dask",
+    "DaskInterpreterExecutor": "_dask.executor",
+    "DaskInterpreterPlugin": "_dask.executor",
+    "DaskPool": "_dask.pool",
 }
 
 if TYPE_CHECKING:
@@ -105,9 +105,9 @@ if TYPE_CHECKING:
     from aiosubinterp._core import SharedBuffer as SharedBuffer
     from aiosubinterp._core import SharedLock as SharedLock
     from aiosubinterp._core import share as share
-    from aiosubinterp._dask import DaskInterpreterExecutor as DaskInterpreterExecutor
-    from aiosubinterp._dask import DaskInterpreterPlugin as DaskInterpreterPlugin
-    from aiosubinterp._dask import DaskPool as DaskPool
+    from aiosubinterp._dask.executor import DaskInterpreterExecutor as DaskInterpreterExecutor
+    from aiosubinterp._dask.executor import DaskInterpreterPlugin as DaskInterpreterPlugin
+    from aiosubinterp._dask.pool import DaskPool as DaskPool
     from aiosubinterp._engine.executor import BrokenInterpreterPool as BrokenInterpreterPool
     from aiosubinterp._engine.executor import InterpreterPoolExecutor as InterpreterPoolExecutor
     from aiosubinterp._engine.pool import Interpreter as Interpreter

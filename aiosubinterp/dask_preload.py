@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import click
 
-from aiosubinterp._dask import install_executor, uninstall_executor
+from aiosubinterp._dask.executor import install_executor, uninstall_executor
 
 __all__ = ["dask_setup", "dask_teardown"]
 

@@ -34,7 +34,9 @@ from distributed import Client, LocalCluster  # noqa: E402
 from distributed.worker import _run_task_simple  # noqa: E402
 
 import aiosubinterp as asi  # noqa: E402
-from aiosubinterp import _core, _dask  # noqa: E402
+from aiosubinterp import _core  # noqa: E402
+from aiosubinterp._dask import executor as _dask_executor  # noqa: E402
+from aiosubinterp._dask import translate as _translate  # noqa: E402
 from aiosubinterp._inside import daskwork as _daskwork  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +58,7 @@ def _warm_up_distributed():
     multiprocessing.resource_tracker.ensure_running()
     # These tests run interpreters in the process of in-process Dask servers: no
     # server may sample frames meanwhile (the plugin and DaskPool also see to it).
-    _dask.stop_frame_sampling()
+    _dask_executor.stop_frame_sampling()
     yield
 
 
@@ -119,10 +121,10 @@ def test_a_task_becomes_a_call_with_the_same_value(index):
     node = _graph_nodes()[index]
     data = {"a": 1, "b": 20}
     want = node(data)
-    fn, args, kwargs = _dask.task_call(node, data)
+    fn, args, kwargs = _translate.task_call(node, data)
     assert fn(*args, **kwargs) == want
     # Anything nested is an expression of plain tuples, evaluated without dask.
-    expr = _dask.to_expression(node, data)
+    expr = _translate.to_expression(node, data)
     assert _daskwork.evaluate(expr) == want
     with asi.InterpreterPoolExecutor(1) as ex:
         assert ex.submit(fn, *args, **kwargs).result(timeout=TIMEOUT) == want
@@ -130,10 +132,10 @@ def test_a_task_becomes_a_call_with_the_same_value(index):
 
 def test_a_plain_task_crosses_as_its_own_function():
     task = spec.Task("k", daskfuncs.add, spec.TaskRef("a"), 2, c=3)
-    fn, args, kwargs = _dask.task_call(task, {"a": 1})
+    fn, args, kwargs = _translate.task_call(task, {"a": 1})
     assert (fn, args, kwargs) == (daskfuncs.add, (1, 2), {"c": 3})
     nested = spec.Task("k", daskfuncs.add, spec.Task(None, daskfuncs.add, 1, 2), 3)
-    assert _dask.task_call(nested, {})[0] is _daskwork.evaluate
+    assert _translate.task_call(nested, {})[0] is _daskwork.evaluate
 
 
 def test_unknown_task_kinds_get_a_clear_error():
@@ -143,7 +145,7 @@ def test_unknown_task_kinds_get_a_clear_error():
             self._dependencies = frozenset()
 
     with pytest.raises(TypeError, match=r"cannot run a dask .*Custom task in an interpreter"):
-        _dask.task_call(spec.Task("k", daskfuncs.add, Custom(), 1), {})
+        _translate.task_call(spec.Task("k", daskfuncs.add, Custom(), 1), {})
 
 
 # -- the executor, called as a Dask worker calls it (no cluster) -------------------------------

@@ -2,10 +2,10 @@
 
 Worker-side module: imported inside interpreters, so it must not import
 asyncio, nor dask or distributed (they pull in C extensions that refuse
-subinterpreters, and they are not needed: aiosubinterp._dask translates
+subinterpreters, and they are not needed: aiosubinterp._dask.translate translates
 dask's task objects in the main interpreter into the plain tuples below).
 
-Expressions (nested tuples, built by ``aiosubinterp._dask.to_expression``):
+Expressions (nested tuples, built by ``aiosubinterp._dask.translate.to_expression``):
 
     ("v", value)                       a value
     ("r", key)                         the value of a key of the enclosing subgraph
