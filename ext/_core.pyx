@@ -19,6 +19,8 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
+cimport cython
+
 from capi cimport *
 from posix cimport *
 

@@ -884,6 +884,7 @@ cdef int any_closed(object ends, Py_ssize_t n) noexcept:
     return -1
 
 
+@cython.cdivision(True)  # n >= 1: no zero-division check, which would take the GIL
 cdef int recv_try_locked(ChanState** chans, int n, ChanItem** out, int* index) noexcept nogil:
     """Try every channel, starting at a rotating position (fairness). asi_chan_mu held."""
     global asi_chan_rotor

@@ -82,6 +82,16 @@ def test_the_built_module_bounds_cythons_module_state_lookup():
         assert fixed in text, f"ext/_core.c lacks {fixed.strip()!r}: see setup.py"
 
 
+def test_the_built_module_never_takes_the_gil_by_pygilstate():
+    # Cython makes a nogil function take the GIL with PyGILState_Ensure to
+    # raise (a zero-division check, an unraisable error): that takes the main
+    # interpreter's GIL from a worker's thread. ext/ must leave no such path
+    # (recv_try_locked's `%` did, before cdivision).
+    text = (EXT / "_core.c").read_text()
+    assert "__Pyx_PyGILState_Ensure()" not in text
+    assert not re.search(r"__Pyx_WriteUnraisable\([^;]*, 1\);", text)
+
+
 def _package_imports(path: pathlib.Path) -> set[str]:
     """aiosubinterp modules path imports at its top level (not in functions or `if` blocks)."""
     import ast
