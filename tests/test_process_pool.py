@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import warnings
 
 # Loading numpy's C library starts OpenBLAS's threads in this process, even when
@@ -191,3 +192,82 @@ def test_numpy_fallback_example_runs():
         "checksums: [45, 4950, 499500]",
         "pure: 45",
     ]
+
+
+def _request_state():
+    """A worker process's _State on one end of a socketpair; the test plays the pool."""
+    from aiosubinterp._process import worker as procworker
+
+    ours, pools = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pools.settimeout(10)  # a frame that never comes fails the test instead of hanging it
+    ctl_r, ctl_w = os.pipe()
+    os.set_blocking(ctl_r, False)
+    state = procworker._State(ours, ctl_r)
+    state.current = 7
+    return state, pools, ctl_w, (ours, pools, ctl_r, ctl_w)
+
+
+def _close_all(things):
+    for thing in things:
+        if isinstance(thing, int):
+            os.close(thing)
+        else:
+            thing.close()
+
+
+def test_an_interruption_between_a_channel_request_and_its_wait_aborts_the_request():
+    # A cancel (SIGINT) that lands after the REQUEST frame went out, before
+    # the worker waits for the reply, used to raise KeyboardInterrupt there:
+    # no ABORT was sent, so the pool's side of the request (a recv on the
+    # parent's copy of the end) waited forever and kept the end open.
+    from aiosubinterp._process import wire
+
+    state, pools, ctl_w, things = _request_state()
+    reader = wire.Reader(pools)
+    try:
+        os.write(ctl_w, (7).to_bytes(8, "little"))  # the pool asks to cancel task 7
+        sent = {}
+
+        def send_then_interrupted(kind, ident, body=b"", fds=None):
+            wire.send_frame(state.sock, kind, ident, body, fds or ())
+            sent["rid"] = ident
+            state.on_sigint(signal.SIGINT, None)  # the signal, right after the frame
+
+        state.send = send_then_interrupted
+        # The pool's answer to the abort (the reply to the withdrawn request).
+        body, _ = wire.encode((asi._core.CHAN_INTERRUPTED, None), lambda end: None)
+        wire.send_frame(pools, wire.REPLY, 1, body)
+        with pytest.raises(KeyboardInterrupt):
+            state.request("recv", 5, None)
+        kind, ident, _, _ = reader.read()
+        assert (kind, ident) == (wire.REQUEST, sent["rid"])
+        kind, ident, _, _ = reader.read()
+        assert (kind, ident) == (wire.ABORT, sent["rid"]), "the request was not aborted"
+        assert not state.in_request and not state.deferred
+    finally:
+        _close_all(things)
+
+
+def test_an_interruption_while_waiting_for_a_reply_still_aborts_it():
+    from aiosubinterp._process import wire
+
+    state, pools, ctl_w, things = _request_state()
+    reader = wire.Reader(pools)
+    try:
+        os.write(ctl_w, (7).to_bytes(8, "little"))
+        old = signal.signal(signal.SIGALRM, lambda *_: state.on_sigint(signal.SIGINT, None))
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)  # lands in the select() of the wait
+            body, _ = wire.encode((asi._core.CHAN_INTERRUPTED, None), lambda end: None)
+            reply = threading.Timer(0.6, wire.send_frame, (pools, wire.REPLY, 1, body))
+            reply.start()
+            with pytest.raises(KeyboardInterrupt):
+                state.request("recv", 5, None)
+            reply.join()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert reader.read()[0] == wire.REQUEST
+        assert reader.read()[:2] == (wire.ABORT, 1)
+    finally:
+        _close_all(things)

@@ -63,6 +63,7 @@ class _State:
         self.loop = None             # asyncio loop for coroutine jobs, made on first use
         self.aio_task = None
         self.in_request = False      # waiting for the pool to finish a channel operation
+        self.in_select = False       # ...and blocked in the select() of that wait
         self.main_ref: tuple[str, str] | None = None
         self.main_module: types.ModuleType | None = None
         self.functions: dict[tuple[str, str], object] = {}
@@ -92,7 +93,10 @@ class _State:
         if task is not None and not self.in_request:
             self.loop.call_soon_threadsafe(task.cancel)  # type: ignore[attr-defined]
             return
-        if self.shielded:
+        if self.shielded or (self.in_request and not self.in_select):
+            # Writing a frame, or between a channel request and the wait for
+            # its reply: raising here would leave the pool's side of the
+            # request waiting forever. The wait sees it and aborts the request.
             self.deferred = True
             return
         raise KeyboardInterrupt
@@ -118,7 +122,7 @@ class _State:
             self.shielded = False
             if fds:
                 _procwire.close_fds(fds)
-        if self.deferred:
+        if self.deferred and not self.in_request:  # a request's wait raises it instead
             self.deferred = False
             raise KeyboardInterrupt
 
@@ -239,9 +243,11 @@ class _State:
         self.next_request += 1
         rid = self.next_request
         body, fds = self.encode((op, key, args))
-        self.send(REQUEST, rid, body, fds)
+        # From the REQUEST on, an interruption is deferred to _await_reply,
+        # which aborts the request: the pool's side never waits for nobody.
         self.in_request = True
         try:
+            self.send(REQUEST, rid, body, fds)
             return self._await_reply(rid)
         finally:
             self.in_request = False
@@ -251,9 +257,15 @@ class _State:
 
         interrupted = False
         try:
-            if not self.reader.pending():
-                select.select([self.sock], [], [])  # the only interruptible part of the wait
+            self.in_select = True  # the only interruptible part of the wait
+            if not self.deferred and not self.reader.pending():
+                select.select([self.sock], [], [])
+            self.in_select = False
         except KeyboardInterrupt:
+            self.in_select = False
+            interrupted = True
+        if self.deferred:  # interrupted before the wait began
+            self.deferred = False
             interrupted = True
         self.shielded = True
         try:
