@@ -47,6 +47,19 @@ async def test_at_most_n_coroutines_per_interpreter():
 
 
 @needs_313
+@pytest.mark.parametrize("concurrency", [1, 3])
+async def test_an_async_initializer_runs_to_its_end_at_any_concurrency(concurrency):
+    # With concurrency > 1 it used to fail the pool's start with "no
+    # dispatched job to start a session with": no job exists yet at start.
+    async with asi.InterpreterPool(2, initializer=workfuncs.async_initializer,
+                                   initargs=("ready",),
+                                   concurrency_per_interpreter=concurrency) as pool:
+        values = await asyncio.gather(*(pool.run(workfuncs.read_state, "initialized")
+                                        for _ in range(8)))
+        assert values == ["ready"] * 8
+
+
+@needs_313
 async def test_default_concurrency_runs_one_coroutine_at_a_time():
     async with asi.InterpreterPool(1) as pool:
         results = await asyncio.wait_for(

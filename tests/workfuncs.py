@@ -1037,3 +1037,15 @@ def keep_in_module_state(fd):
     """Keep an object in this module's globals; it writes one byte to fd when freed."""
     global KEPT
     KEPT = _WritesWhenFreed(fd)
+
+
+async def async_initializer(value):
+    """An async initializer: what it sets is there for every task of the worker."""
+    import asyncio
+
+    await asyncio.sleep(0)
+    STATE["initialized"] = value
+
+
+def read_state(key):
+    return STATE.get(key)

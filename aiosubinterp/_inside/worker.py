@@ -194,7 +194,9 @@ class Runner:
                     raise refused from exc
                 raise
         if initializer is not None:
-            self.run(JOB_CALL, initializer)
+            # No job is dispatched yet: an async initializer runs to its end
+            # here, whatever the concurrency (a session needs a job).
+            self.run(JOB_CALL, initializer, session=False)
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
         """Called by C before a job when main's settings changed: (sys.path,).
@@ -254,11 +256,12 @@ class Runner:
             return exec, (code, self._namespace), None
         raise ValueError(f"aiosubinterp: unknown job kind {kind}")
 
-    def run(self, kind: int, payload: object) -> object:
+    def run(self, kind: int, payload: object, session: bool = True) -> object:
         """Called by C for the dispatched job: its value, or raises its error.
 
-        A coroutine runs here to its end (concurrency 1), or opens a session
-        that posts the job itself and returns None (concurrency > 1).
+        A coroutine runs here to its end (concurrency 1, or session=False: the
+        initializer), or opens a session that posts the job itself and
+        returns None (concurrency > 1).
         """
         fn, args, kw = self.target(kind, payload)
         try:
@@ -269,7 +272,7 @@ class Runner:
                 raise refused from exc
             raise
         if type(result) is _CoroutineType:
-            if self._concurrency > 1:
+            if self._concurrency > 1 and session:
                 self.serve(result)
                 return None  # posted by the session
             return self.run_coroutine(result)
