@@ -108,8 +108,8 @@ PROBES: dict[str, Probe] = {
                       "import requests\nresult = requests.Request(\n"
                       "    'GET', 'https://example.org/', params={'q': 1}).prepare().url"),
     "httpx": Probe("httpx.Request(...), no network",
-                   "import httpx\n"
-                   "result = str(httpx.Request('GET', 'https://example.org/', params={'q': 1}).url)"),
+                   "import httpx\nresult = str(httpx.Request(\n"
+                   "    'GET', 'https://example.org/', params={'q': 1}).url)"),
     "urllib3": Probe("urllib3.util.parse_url",
                      "import urllib3\nresult = urllib3.util.parse_url('https://example.org/x').host"),
     "charset_normalizer": Probe("charset_normalizer.from_bytes",
@@ -143,7 +143,8 @@ def _child(name: str, code: str) -> None:
     async def probe() -> dict[str, str]:
         async with asi.InterpreterPool(1) as pool:
             try:
-                return await pool.run(probe_module, name, code)
+                outcome: dict[str, str] = await pool.run(probe_module, name, code)
+                return outcome
             except asi.ModuleRefusedError as exc:
                 found = _REFUSER.search(str(exc))
                 return {"status": "refused", "refuser": found.group(1) if found else name}
