@@ -1,4 +1,4 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info``.
+"""Command line: ``python -m aiosubinterp demo | bench | info | check``.
 
 Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
 """
@@ -63,6 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     info = sub.add_parser("info", help="what this Python and machine offer")
     info.add_argument("--no-probe", action="store_true",
                       help="skip importing common modules in a worker")
+    check = sub.add_parser(
+        "check", help="will these modules load in a worker? (each in a child process)",
+        description="Import each module in a worker interpreter of a child process of its own "
+                    "and make one representative call. Prints works (with the version), "
+                    "refused (runs with InterpreterPool(fallback='process') or ProcessPool), "
+                    "crashed, not installed, failed or timeout per module. Exit code 0 if "
+                    "every module works, 1 otherwise.")
+    check.add_argument("modules", nargs="+", metavar="MODULE", help="import name, e.g. yaml, PIL")
+    check.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    check.add_argument("--timeout", type=float, default=60.0,
+                       help="seconds per module before it counts as hung (60)")
+    check.add_argument("--jobs", type=int, default=max(1, min(4, cores)),
+                       help="modules checked at once (default: CPU count, at most 4)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         for name in ("workers", "tasks", "span", "circles", "frames", "rounds"):
@@ -89,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         from aiosubinterp.demo.bench import run_bench
 
         return run_bench(args.quick, args.only, args.out, args.dir)
+    if args.command == "check":
+        if args.jobs < 1:
+            parser.error("--jobs must be at least 1")
+        if not args.timeout > 0:
+            parser.error("--timeout must be a positive number of seconds")
+        from aiosubinterp.demo.check import run_check
+
+        return run_check(args.modules, args.json, args.timeout, args.jobs)
     from aiosubinterp.demo.info import run_info
 
     return run_info(not args.no_probe)

@@ -3,7 +3,7 @@
 - :mod:`~aiosubinterp.demo.circles`: the physics of the bouncing circles
   (worker-side: interpreters, threads and processes import it);
 - :mod:`~aiosubinterp.demo.work`: the primes demo's work and the ``info``
-  probe (worker-side);
+  and ``check`` probes (worker-side);
 - :mod:`~aiosubinterp.demo.zoo`: the contenders (one thread, threads,
   processes, interpreters) and the ``demo`` command's table;
 - :mod:`~aiosubinterp.demo.primes`: ``demo --kind primes``;
@@ -11,7 +11,9 @@
   the ``demo`` extra);
 - :mod:`~aiosubinterp.demo.bench`: the ``bench`` command, its report and
   charts (matplotlib and rich, the ``bench`` extra);
-- :mod:`~aiosubinterp.demo.info`: the ``info`` command.
+- :mod:`~aiosubinterp.demo.info`: the ``info`` command;
+- :mod:`~aiosubinterp.demo.check`: the ``check`` command (will a module
+  load in a worker?), its table of probes.
 
 Worker interpreters import this package (to reach ``circles`` and
 ``work``): it imports nothing at its top level beyond what is below.
