@@ -31,24 +31,6 @@ DEADLINE = 10.0  # seconds any awaited condition may take
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _warm_up_libuv_threads():
-    # uvloop resolves the address of every socket it connects, even a
-    # numeric one, with libuv's getaddrinfo, which starts libuv's process-wide
-    # pool of 4 threads the first time: start it before the first thread
-    # count of conftest's no_leaks, so it does not count as a leak.
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - the test extra installs it
-        return
-
-    async def resolve():
-        await asyncio.get_running_loop().getaddrinfo("127.0.0.1", 0)
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(resolve())
-
-
 @pytest.fixture
 def ex(monkeypatch):
     """The example module; examples/ is on sys.path (the pools copy it to their workers)."""
