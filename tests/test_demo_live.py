@@ -170,6 +170,17 @@ async def test_every_contender_streams_the_same_physics():
         assert single["speedup"] == 1.0
 
 
+async def test_every_frame_fps_of_each_contender_alone():
+    # The demo command's every-frame column: each contender alone, every frame to main.
+    params, initial = physics.initial_state(300, seed=5)
+    expected = float32_triples(zoo.reference_result(initial, params, 20))
+    for name in zoo.CONTENDERS:
+        fps, last = await zoo.run_every_frame(name, initial, params, 20, 2)
+        assert fps > 0, name
+        assert last == expected, name
+    assert zoo.float32_positions(zoo.reference_result(initial, params, 20)) == expected
+
+
 async def test_stop_restart_and_page_closed_stop_everything():
     async with serving() as (app, url):
         async with page(url) as (ws, _):

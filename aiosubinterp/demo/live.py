@@ -236,6 +236,8 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
                     raise ValueError(f"unknown op {cmd.get('op')!r}: start or stop")
             except ValueError as exc:
                 await ws.send_json({"type": "error", "message": str(exc)})
+    except ConnectionError:
+        pass  # the page went away while we wrote to it
     finally:
         app[SESSIONS].discard(session)
         # The page is gone (or the server shuts down): its contenders stop.
