@@ -93,7 +93,11 @@ class Sink:
 
 
 class Run:
-    """One contender's run: its sink, its stop signal, the threads and processes it uses."""
+    """One contender's run: its sink, its stop signal, the threads and processes it uses.
+
+    Thread-safety: ``stop`` (an Event) and ``tids``/``pids`` (appended to)
+    are shared with the run's threads; the rest belongs to the event loop.
+    """
 
     def __init__(self, name: str, index: int, workers: int, frames: int) -> None:
         self.name, self.index = name, index
@@ -112,6 +116,7 @@ class Run:
         self.cpu = 0.0
 
     def halt(self) -> None:
+        """Ask every worker of the run to stop at its next frame (returns at once)."""
         self.stop.set()
         for recv in self.recvs:
             recv.close()  # wakes the loop's pending recv; the workers' next send raises

@@ -218,6 +218,10 @@ async def run_every_frame(name: str, circles: list[Circle], params: Params, fram
     and hands them to main, which assembles the frame. Timed from the first
     frame's arrival in main to the last's (starting the workers excluded).
     Returns (FPS, the last frame's sorted ``(x, y, r)``).
+
+    Cancellation: the run is halted (each worker stops at its next frame);
+    its threads end and its interpreters and processes are cleaned up
+    shortly after, without this coroutine waiting for all of them.
     """
     from aiosubinterp.demo import stream
 
