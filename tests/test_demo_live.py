@@ -294,6 +294,25 @@ def test_the_command_serves_and_stops_on_ctrl_c():
         assert not Path(f"/proc/{pid}").exists()
 
 
+def test_the_command_without_aiohttp_or_with_a_busy_port():
+    code = ("import sys; sys.modules['aiohttp'] = None; "
+            "from aiosubinterp.__main__ import main; sys.exit(main(['demo', '--serve']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=DEADLINE)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs aiohttp" in proc.stderr and "aiosubinterp[demo]" in proc.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        proc = subprocess.run(
+            [sys.executable, "-m", "aiosubinterp", "demo", "--serve", "--port",
+             str(busy.getsockname()[1])], capture_output=True, text=True, cwd=ROOT,
+            timeout=DEADLINE)
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot listen on 127.0.0.1:" in proc.stderr and "--port" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _chromium() -> str:
     """Chromium's path; installs Debian's package when running as root with apt-get."""
     for name in ("chromium", "chromium-browser", "google-chrome"):
