@@ -156,6 +156,15 @@ async def test_every_contender_streams_the_same_physics():
         assert sorted(by_contender) == [0, 1, 2, 3]
         for ks in by_contender.values():
             assert ks == sorted(set(ks))
+        # Every frame received, whoever computed it: the reference's positions at that frame.
+        at: dict[int, list] = {}
+        for _, _, _, k, pos in got:
+            at.setdefault(k, []).append(sorted(pos))
+        state = list(initial)
+        for k in range(1, frames + 1):  # ... and those of the single-threaded reference
+            state = physics.step_frames(state, params, 1)
+            for pos in at.get(k, []):
+                assert pos == float32_triples(state), f"frame {k}"
         # The last frame of every contender: bit for bit the single-threaded reference.
         expected = float32_triples(zoo.reference_result(initial, params, frames))
         assert sorted(last) == [0, 1, 2, 3]
