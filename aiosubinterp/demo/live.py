@@ -67,7 +67,6 @@ DEFAULTS: web.AppKey[dict[str, Any]] = web.AppKey("defaults")
 SESSIONS: web.AppKey[set[Any]] = web.AppKey("sessions")  # of Session
 
 
-
 def page() -> str:
     """The page (package data)."""
     return resources.files("aiosubinterp.demo").joinpath("live.html").read_text("utf-8")
