@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         "demo", help="bouncing circles: one thread vs threads vs processes vs interpreters",
         description="The circles zoo: the same simulation (identical physics, checked) on one "
                     "thread, threads, processes and interpreters; prints frames per second and "
-                    "writes a PNG of the final frame and a GIF of the first frames. "
+                    "writes a PNG of the final frame and a GIF of the first frames. --serve "
+                    "runs them at the same time in a web page instead. "
                     "--kind primes runs the older CPU-bound speedup table instead.")
     demo.add_argument("--kind", choices=("circles", "primes"), default="circles")
     demo.add_argument("--circles", type=int, default=3000, help="number of circles (3000)")
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0, help="random seed of the initial state")
     demo.add_argument("--out", default="aiosubinterp-demo",
                       help="folder for the images (default ./aiosubinterp-demo)")
+    demo.add_argument("--serve", action="store_true",
+                      help="the live demo: serve a page where the four contenders run at the "
+                           "same time, side by side (aiohttp, the demo extra)")
+    demo.add_argument("--host", default="127.0.0.1", help="--serve: address (127.0.0.1)")
+    demo.add_argument("--port", type=int, default=8080, help="--serve: port (8080; 0: any free)")
     demo.add_argument("--tasks", type=int, default=8, help="primes: number of tasks (8)")
     demo.add_argument("--span", type=int, default=150_000,
                       help="primes: numbers checked per task (150000)")
@@ -81,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("workers", "tasks", "span", "circles", "frames", "rounds"):
             if getattr(args, name) < 1:
                 parser.error(f"--{name} must be at least 1")
+        if args.serve:
+            problem = missing("demo", "aiohttp")
+            if problem:
+                parser.error(f"demo --serve needs aiohttp; {problem}")
+            if not 0 <= args.port <= 65535:
+                parser.error("--port must be in [0, 65535]")
+            from aiosubinterp.demo.live import serve
+
+            return serve(args.host, args.port, args.circles, args.workers)
         if args.kind == "primes":
             from aiosubinterp.demo.primes import run_primes
 

@@ -28,7 +28,7 @@ def test_demo_circles(tmp_path):
                   "aiosubinterp, 2 interpreters"):
         line = next(row for row in out.splitlines() if row.strip().startswith(label))
         assert line.rstrip().endswith("yes"), line  # same positions as single-threaded
-    assert "FPS" in out and "vs single" in out
+    assert "FPS" in out and "vs single" in out and "every-frame FPS" in out
     assert f"final frame:  {tmp_path}/circles_final.png" in out
     with Image.open(tmp_path / "circles_final.png") as png:
         assert png.format == "PNG" and len(png.convert("RGB").getcolors(1 << 16)) > 3

@@ -6,6 +6,12 @@
   and ``check`` probes (worker-side);
 - :mod:`~aiosubinterp.demo.zoo`: the contenders (one thread, threads,
   processes, interpreters) and the ``demo`` command's table;
+- :mod:`~aiosubinterp.demo.live`: ``demo --serve``, the contenders at the
+  same time in a web page (``live.html``; aiohttp, the ``demo`` extra);
+- :mod:`~aiosubinterp.demo.stream`: the contenders streaming their frames
+  to the main interpreter (``demo --serve`` and the table's every-frame
+  column), and :mod:`~aiosubinterp.demo.livework`, their region loops
+  (worker-side);
 - :mod:`~aiosubinterp.demo.primes`: ``demo --kind primes``;
 - :mod:`~aiosubinterp.demo.render`: the PNG and GIF of the circles (Pillow,
   the ``demo`` extra);

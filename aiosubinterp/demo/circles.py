@@ -41,9 +41,11 @@ __all__ = [
     "canvas_size",
     "channel_region",
     "collide",
+    "exchange_with",
     "initial_state",
     "pipe_region",
     "queue_region",
+    "region_frame",
     "run_region",
     "split",
     "step_frames",
@@ -193,36 +195,41 @@ def collide(owned: list[Circle], ghosts: list[Circle]) -> list[Circle]:
     return out
 
 
+def region_frame(owned: list[Circle], lo: float, hi: float, params: Params,
+                 exchange: Exchange | None) -> list[Circle]:
+    """Step one region one frame; ``exchange`` talks to the neighbours (None: alone)."""
+    moved = advance(owned, params)
+    if exchange is None:
+        return collide(moved, [])
+    keep: list[Circle] = []
+    to_left: list[Circle] = []
+    to_right: list[Circle] = []
+    for c in moved:
+        x = c[1]
+        if x < lo:
+            to_left.append(c)
+        elif x >= hi:
+            to_right.append(c)
+        else:
+            keep.append(c)
+    low_edge, high_edge = lo + HALO, hi - HALO
+    ghosts_left = tuple(c for c in keep if c[1] < low_edge)
+    ghosts_right = tuple(c for c in keep if c[1] >= high_edge)
+    from_left, gh_left, from_right, gh_right = exchange(
+        tuple(to_left), ghosts_left, tuple(to_right), ghosts_right)
+    keep.extend(from_left)
+    keep.extend(from_right)
+    # The circles this region handed over stay visible to it as ghosts.
+    ghosts = [*gh_left, *gh_right, *(c for c in to_left if c[1] >= lo - HALO),
+              *(c for c in to_right if c[1] < hi + HALO)]
+    return collide(keep, ghosts)
+
+
 def run_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
                exchange: Exchange | None) -> list[Circle]:
     """Step one region ``frames`` times; ``exchange`` talks to the neighbours (None: alone)."""
-    low_edge, high_edge = lo + HALO, hi - HALO
     for _ in range(frames):
-        moved = advance(owned, params)
-        if exchange is None:
-            owned = collide(moved, [])
-            continue
-        keep: list[Circle] = []
-        to_left: list[Circle] = []
-        to_right: list[Circle] = []
-        for c in moved:
-            x = c[1]
-            if x < lo:
-                to_left.append(c)
-            elif x >= hi:
-                to_right.append(c)
-            else:
-                keep.append(c)
-        ghosts_left = tuple(c for c in keep if c[1] < low_edge)
-        ghosts_right = tuple(c for c in keep if c[1] >= high_edge)
-        from_left, gh_left, from_right, gh_right = exchange(
-            tuple(to_left), ghosts_left, tuple(to_right), ghosts_right)
-        keep.extend(from_left)
-        keep.extend(from_right)
-        # The circles this region handed over stay visible to it as ghosts.
-        ghosts = [*gh_left, *gh_right, *(c for c in to_left if c[1] >= lo - HALO),
-                  *(c for c in to_right if c[1] < hi + HALO)]
-        owned = collide(keep, ghosts)
+        owned = region_frame(owned, lo, hi, params, exchange)
     return owned
 
 
@@ -231,7 +238,7 @@ def step_frames(circles: list[Circle], params: Params, frames: int) -> list[Circ
     return run_region(list(circles), 0.0, params[0], params, frames, None)
 
 
-def _exchange_with(send_left: Any, recv_left: Any, send_right: Any, recv_right: Any,
+def exchange_with(send_left: Any, recv_left: Any, send_right: Any, recv_right: Any,
                    send: str, recv: str) -> Exchange:
     """An exchange over anything with blocking send/recv methods (named by ``send``/``recv``)."""
     sl = getattr(send_left, send) if send_left is not None else None
@@ -258,7 +265,7 @@ def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, fr
                    recv_right: Any) -> tuple[Circle, ...]:
     """A region in an aiosubinterp worker; its neighbours over channels (send_sync, recv_sync)."""
     try:
-        exchange = _exchange_with(send_left, recv_left, send_right, recv_right,
+        exchange = exchange_with(send_left, recv_left, send_right, recv_right,
                                   "send_sync", "recv_sync")
         return tuple(run_region(list(owned), lo, hi, params, frames, exchange))
     finally:
@@ -271,7 +278,7 @@ def queue_region(owned: list[Circle], lo: float, hi: float, params: Params, fram
                  send_left: Any, recv_left: Any, send_right: Any,
                  recv_right: Any) -> list[Circle]:
     """A region in a thread: neighbours over ``queue.SimpleQueue`` (``put``/``get``)."""
-    exchange = _exchange_with(send_left, recv_left, send_right, recv_right, "put", "get")
+    exchange = exchange_with(send_left, recv_left, send_right, recv_right, "put", "get")
     return run_region(list(owned), lo, hi, params, frames, exchange)
 
 
@@ -283,6 +290,6 @@ def pipe_region(control: Any, left: Any, right: Any) -> None:
     """
     control.send("ready")
     owned, lo, hi, params, frames = control.recv()
-    exchange = _exchange_with(left, left, right, right, "send", "recv")
+    exchange = exchange_with(left, left, right, right, "send", "recv")
     control.send(run_region(owned, lo, hi, params, frames, exchange))
     control.close()

@@ -36,7 +36,7 @@ from aiosubinterp.demo import circles as _circles
 from aiosubinterp.demo.circles import Circle, Params
 
 __all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "run_contender",
-           "run_demo"]
+           "run_demo", "run_every_frame"]
 
 CONTENDERS = ("single", "threads", "processes", "aiosubinterp")
 
@@ -209,6 +209,43 @@ async def run_contender(name: str, circles: list[Circle], params: Params, frames
     raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
 
 
+async def run_every_frame(name: str, circles: list[Circle], params: Params, frames: int,
+                          workers: int) -> tuple[float, list[tuple[float, ...]]]:
+    """FPS when every frame's positions return to the main interpreter, and the last frame.
+
+    The contender as ``demo --serve`` runs it (:mod:`aiosubinterp.demo.stream`):
+    after each frame, every region packs its circles as float32 ``x, y, r``
+    and hands them to main, which assembles the frame. Timed from the first
+    frame's arrival in main to the last's (starting the workers excluded).
+    Returns (FPS, the last frame's sorted ``(x, y, r)``).
+
+    Cancellation: the run is halted (each worker stops at its next frame);
+    its threads end and its interpreters and processes are cleaned up
+    shortly after, without this coroutine waiting for all of them.
+    """
+    from aiosubinterp.demo import stream
+
+    run = stream.Run(name, CONTENDERS.index(name), workers, frames)
+    run.state = "running"
+    await stream.RUNNERS[name](run, circles, params, workers, frames, 1)
+    first, latest = run.sink.first, run.sink.latest
+    if first is None or latest is None:
+        raise RuntimeError(f"{name}: no frame reached the main interpreter")
+    fps = ((latest[0] - first[0]) / (latest[2] - first[1]) if latest[0] > first[0]
+           else float("nan"))
+    return fps, sorted(stream.parse_frame(latest[1])[4])
+
+
+def float32_positions(circles: Sequence[Circle]) -> list[tuple[float, ...]]:
+    """Sorted ``(x, y, r)`` rounded to float32, as the frames sent to main carry them."""
+    import struct
+
+    n = len(circles)
+    values = struct.unpack(f"<{3 * n}f", struct.pack(
+        f"<{3 * n}f", *(v for c in circles for v in (c[1], c[2], c[5]))))
+    return sorted(values[i:i + 3] for i in range(0, 3 * n, 3))
+
+
 def reference_result(circles: list[Circle], params: Params, frames: int) -> list[Circle]:
     """The single-threaded result, sorted by id: what every contender must reproduce."""
     return _by_id(_circles.step_frames(circles, params, frames))
@@ -245,10 +282,12 @@ async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence
           f"{frames} frames, {workers} regions, {rounds} round(s); "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
     fps: dict[str, list[float]] = {name: [] for name in contenders}
+    every: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
     other: dict[str, list[float]] = {name: [] for name in contenders}
     labels: dict[str, str] = {}
     reference = reference_result(initial, params, frames)
+    reference32 = float32_positions(reference)
     mismatched: set[str] = set()
     final = reference
     for r in range(rounds):
@@ -268,19 +307,31 @@ async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence
                 mismatched.add(name)
             if name == "aiosubinterp":
                 final = outcome.circles
+            print(f"  round {r + 1}: {name}, every frame to main ...", end="", flush=True)
+            every_fps, last = await run_every_frame(name, initial, params, frames, workers)
+            print(f" {every_fps:.0f} fps", flush=True)
+            every[name].append(every_fps)
+            if last != reference32:
+                mismatched.add(name)
     base = statistics.median(fps["single"]) if "single" in fps else None
+    every_base = statistics.median(every["single"]) if "single" in every else None
     print(f"\n  {'contender':<36} {'FPS':>7} {'vs single':>10} {'CPU/wall':>9} "
-          f"{'other load':>11}  same positions")
+          f"{'other load':>11} {'every-frame FPS':>16} {'vs single':>10}  same positions")
     for name in contenders:
         f = statistics.median(fps[name])
         ratio = f"{f / base:9.2f}x" if base else f"{'-':>10}"
+        e = statistics.median(every[name])
+        every_ratio = f"{e / every_base:9.2f}x" if every_base else f"{'-':>10}"
         print(f"  {labels[name]:<36} {f:7.1f} {ratio} {statistics.median(cpu[name]):9.2f} "
-              f"{statistics.median(other[name]):11.2f}  "
+              f"{statistics.median(other[name]):11.2f} {e:16.1f} {every_ratio}  "
               f"{'NO' if name in mismatched else 'yes'}")
     print("\n  FPS: median over the rounds. CPU/wall: cores this process tree kept busy;\n"
           "  other load: cores busy with other processes meanwhile (noise on a shared machine).\n"
+          "  every-frame FPS: the same contender with every frame's positions returned to the\n"
+          "  main interpreter (as a game's, to be drawn; as `demo --serve` runs it), from the\n"
+          "  first frame's arrival to the last's.\n"
           f"  same positions: every circle equal, bit for bit, to the single-threaded run "
-          f"after {frames} frames.")
+          f"after {frames} frames (both ways).")
     png, gif = render.pictures(out, params, initial, final, workers, frames)
     where, png, gif = (os.path.abspath(p) for p in (out, png, gif))  # noqa: ASYNC240 - the demo's own files, after the timed part
     print(f"\n  images in {where}/:\n    final frame:  {png}\n    first frames: {gif}")
