@@ -39,8 +39,10 @@ Both pools are opened and closed by the app's lifespan. On shutdown uvicorn
 stops accepting connections and waits for the responses in flight before
 it runs the lifespan's end, and a stream may never end by itself: so the
 ``Server`` here first ends the streams in flight (a ``/stream`` body stops
-early, fewer lines than asked; ``/events`` sends a ``shutdown`` event), then
-the lifespan closes the pools, which destroys their interpreters.
+early, fewer lines than asked; ``/events`` sends a ``shutdown`` event; a client
+too slow to take the rest within 5 s, uvicorn's ``timeout_graceful_shutdown``,
+is cut off), then the lifespan closes the pools, which destroys their
+interpreters.
 
 The work itself is in ``examples/_starlette_work.py``: worker interpreters
 import functions by module name, and that module imports neither starlette
@@ -135,6 +137,8 @@ class Streams:
         st = Stream(next(_stream_ids), path, send, recv, producer)
         self.live.add(st)
         self.recent.append(st)
+        if self.closing:  # a response that starts after end_all() ends at once
+            self.finish(st, "shutdown")
         return st
 
     def finish(self, st: Stream, state: str) -> None:
@@ -320,7 +324,9 @@ class Server(uvicorn.Server):
     """
 
     async def shutdown(self, sockets: Any = None) -> None:
-        self.config.app.state.streams.end_all()
+        app = self.config.app
+        assert isinstance(app, Starlette), "Server serves the app of make_app()"
+        app.state.streams.end_all()
         await super().shutdown(sockets=sockets)
 
 
