@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -346,6 +347,16 @@ async def test_shutdown_with_streams_in_flight_closes_everything(ex):
         assert not served.app.state.streams.live
         assert cpu.statistics()["state"] == streams.statistics()["state"] == "closed"
         assert [info.is_main for info in aiosubinterp.list_all()] == [True]
+
+
+def test_without_uvloop_or_httptools_it_says_so_and_falls_back(ex, monkeypatch, capsys):
+    assert ex.server_options() == ("uvloop", "httptools")  # the test extra has both
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
+        None if name in ("uvloop", "httptools") else find_spec(name, *args)))
+    assert ex.server_options() == ("asyncio", "h11")
+    out = capsys.readouterr().out
+    assert "uvloop is not installed" in out and "httptools is not installed" in out
 
 
 def _free_port() -> int:
