@@ -134,6 +134,11 @@ class Streams:
         send, recv = aiosubinterp.open_channel(STREAM_CAPACITY)
         # The producer gets `send` itself (not a clone): its close() there ends our `async for`.
         producer = pool.submit(fn, send, *args)
+        # A producer that fails before its `with send` (a bad argument, say)
+        # never closes its end: close it when the task ends, however it
+        # ends, so that the response drains the channel and raises the error
+        # instead of waiting for ever.
+        producer.add_done_callback(lambda _: send.close())
         st = Stream(next(_stream_ids), path, send, recv, producer)
         self.live.add(st)
         self.recent.append(st)
@@ -190,8 +195,8 @@ class ChannelResponse(StreamingResponse):
             how = "failed"
             raise
         finally:
-            # Returning with the stream still "streaming": uvicorn (ASGI 2.3)
-            # reported the client's disconnect and Starlette stopped sending.
+            # Returning normally with the stream still "streaming": uvicorn
+            # (ASGI 2.3) reported the client's disconnect, Starlette stopped sending.
             self.streams.finish(st, how)
 
     async def _body(self) -> AsyncIterator[bytes | memoryview]:

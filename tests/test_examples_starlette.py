@@ -54,12 +54,30 @@ def _warm_up_libuv_threads():
         runner.run(resolve())
 
 
+class _Errors(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(self.format(record))
+
+
 @pytest.fixture(autouse=True)
-def _no_server_errors(caplog):
-    """uvicorn logs what went wrong in the app (and tasks it had to cancel) as errors."""
-    yield
-    errors = [r.getMessage() for r in caplog.get_records("call") if r.levelno >= logging.ERROR]
-    assert not errors, errors
+def _no_server_errors():
+    """uvicorn logs what went wrong in the app (and tasks it had to cancel) as errors.
+
+    The handler sits on uvicorn's own logger: its default logging config
+    stops propagation there, before the root logger (and caplog).
+    """
+    errors = _Errors()
+    logger = logging.getLogger("uvicorn")
+    logger.addHandler(errors)
+    try:
+        yield errors  # a test that expects an error removes it from errors.messages
+    finally:
+        logger.removeHandler(errors)
+    assert not errors.messages, "\n".join(errors.messages)
 
 
 @pytest.fixture
@@ -297,6 +315,30 @@ async def test_client_gone_mid_events_stops_the_computation(ex):
             events = parse_events(await r2.text())
         assert [e["event"] for e in events] == ["progress", "result"]
         assert json.loads(events[-1]["data"]) == {"n": 100, "primes": 25}
+
+
+async def test_a_failing_producer_ends_the_response_early(ex, monkeypatch, _no_server_errors):
+    # count_primes(send, 3) fails at once in the worker (TypeError), before
+    # any `with send`: the channel is closed when its task ends, and the
+    # response raises the error, which uvicorn logs and answers by closing
+    # the connection: the chunked body is cut short (no final chunk).
+    async with serving(ex) as (served, client):
+        monkeypatch.setattr(ex.work, "produce_lines", ex.work.count_primes)
+        async with client.get("/stream", params={"count": 3}) as r:
+            assert r.status == 200  # the headers went out before the body failed
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()
+        st = served.last_stream()
+        await until(lambda: st.state != "streaming")
+        assert st.state == "failed" and st.written == 0
+        assert isinstance(st.producer.exception(), TypeError)
+        assert st.send.closed and st.recv.closed
+        assert [m.splitlines()[0] for m in _no_server_errors.messages] == [
+            "Exception in ASGI application"]
+        assert "TypeError" in _no_server_errors.messages[0]
+        _no_server_errors.messages.clear()
+        async with client.get("/ping") as r:
+            assert await r.text() == "pong\n"
 
 
 async def test_a_queued_stream_whose_client_leaves_is_withdrawn(ex):
