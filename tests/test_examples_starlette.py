@@ -4,7 +4,8 @@ Each async test runs on asyncio and on uvloop (conftest.py): the app is
 served by the example's ``uvicorn.Server`` in the test's loop (on a bound
 127.0.0.1 socket, port 0), with httptools and, for one test, h11; the last
 test runs the script itself in a child process and stops it with SIGINT.
-No uvicorn error may be logged (an exception in the app, a cancelled task).
+No uvicorn error may be logged (an exception in the app, a cancelled task)
+but the one a test expects.
 """
 
 from __future__ import annotations
