@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 
 async def read_byte(fd: int, timeout: float = 30) -> bytes:
@@ -20,3 +21,11 @@ async def read_byte(fd: int, timeout: float = 30) -> bytes:
         return await asyncio.wait_for(fut, timeout)
     finally:
         loop.remove_reader(fd)
+
+
+async def until(check, timeout: float = 10.0) -> None:
+    """Wait on the loop until check() is true; fail the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)

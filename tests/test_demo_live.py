@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohelpers
 import aiohttp
 import pytest
 from aiohttp import web
@@ -46,11 +47,8 @@ def _resource_tracker():
     resource_tracker.ensure_running()
 
 
-async def until(check, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
+async def until(check) -> None:
+    await aiohelpers.until(check, DEADLINE)
 
 
 @contextlib.asynccontextmanager

@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohelpers import until
 from aiohttp import web
 
 import aiosubinterp
@@ -36,13 +36,6 @@ def ex(monkeypatch):
     """The example module; examples/ is on sys.path (the pools copy it to their workers)."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     return importlib.import_module("aiohttp_app")
-
-
-async def until(check, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 class Server:
