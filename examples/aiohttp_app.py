@@ -112,6 +112,9 @@ async def stream(request):
     send, recv = aiosubinterp.open_channel(STREAM_CAPACITY)
     # The producer gets `send` itself (not a clone): its close() there ends our `async for`.
     producer = request.app[STREAM_POOL].submit(work.produce, send, count, size)
+    # A producer that fails before its `with send` (or never starts) leaves
+    # the end open: close it when the task ends, whatever the outcome.
+    producer.add_done_callback(lambda _: send.close())
     st = Stream(next(_stream_ids), count, size, send, recv, producer, asyncio.current_task())
     request.app[STREAMS].append(st)
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=ascii"})

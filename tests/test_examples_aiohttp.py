@@ -130,6 +130,25 @@ async def test_stream_arrives_complete_and_in_order(ex, size):
             assert r.status == 200 and await r.read() == b""
 
 
+async def test_a_failing_producer_ends_the_response_early(ex, monkeypatch):
+    # count_primes(send, count, size) fails at once in the worker (TypeError),
+    # before any `with send`: the channel is closed when its task ends, and
+    # the handler raises the error, which aiohttp answers by closing the
+    # connection: the chunked body is cut short (no final chunk).
+    async with serving(ex) as (server, client):
+        monkeypatch.setattr(ex.work, "produce", ex.work.count_primes)
+        async with client.get("/stream", params={"count": 3}) as r:
+            assert r.status == 200  # the headers went out before the body failed
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()
+        st = server.app[ex.STREAMS][-1]
+        await until(lambda: st.state != "streaming")
+        assert st.state == "failed" and st.written == 0
+        assert isinstance(st.producer.exception(), TypeError)
+        assert st.send.closed and st.recv.closed
+        assert await get_json(client, "/primes", n=1000) == {"n": 1000, "primes": 168}
+
+
 @pytest.mark.parametrize("handler_cancellation", [True, False],
                          ids=["handler-cancelled", "write-fails"])
 async def test_client_gone_mid_stream_stops_the_producer(ex, handler_cancellation):
