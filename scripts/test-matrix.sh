@@ -66,6 +66,22 @@ record() {  # version where patch verdict
     covered[$1]=1
 }
 
+# 0. Headless Chromium for the live demo's browser test
+#    (tests/test_demo_live.py; it skips, saying why, where there is none).
+#    Installed on this machine only: the Debian root's runs skip that test.
+if ! command -v chromium >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "=== installing Debian's chromium package (the live demo's browser test) ==="
+        export DEBIAN_FRONTEND=noninteractive
+        if ! apt-get install -y -q --no-install-recommends chromium >/dev/null; then
+            apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null \
+                || echo "WARNING: chromium could not be installed: the browser test will skip"
+        fi
+    else
+        echo "WARNING: no chromium and not root with apt-get: the browser test will skip"
+    fi
+fi
+
 # 1. Pythons on this machine, one make run each.
 for v in "${HERE[@]}"; do
     if ! py="$(bash scripts/find-python.sh "$v" 2>/dev/null)"; then
