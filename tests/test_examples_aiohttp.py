@@ -121,7 +121,7 @@ async def test_primes_and_ping(ex):
 @pytest.mark.parametrize("mode", ["processes", "to_thread", "inline"])
 async def test_primes_in_the_other_modes(ex, mode):
     # The modes bench_http.py compares with the default (interpreters).
-    async with serving(ex, mode=mode) as (server, client):
+    async with serving(ex, mode=mode) as (_, client):
         results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
         assert results == [{"n": 1000, "primes": 168}] * 4
         described = await get_json(client, "/stats")
