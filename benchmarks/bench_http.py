@@ -35,7 +35,7 @@ requests/s and a paced ping), and its CPU time counts in CPU/wall.
 
 ``wrk`` must be on PATH. If it is not and this runs as root where
 ``apt-get`` exists, the script installs Debian's package (``apt-get install
--y wrk``) and says so; otherwise it exits with status 2 and how to install it.
+-y wrk``) and says so; otherwise it exits with status 1, saying how to install it.
 
 A chart (matplotlib, the ``bench`` extra) of the three figures with the
 targets drawn goes to ``docs/http_bench.png`` after a full run (``--chart
@@ -100,7 +100,12 @@ INSTALL_HINT = (
 
 
 def find_wrk(*, install: bool = True) -> str:
-    """The path of wrk; installs Debian's package if missing and allowed; else SystemExit(2)."""
+    """The path of wrk; installs Debian's package if missing and allowed.
+
+    Raises:
+        SystemExit: (exit status 1) wrk is missing and could not be installed;
+            the message says how to install it.
+    """
     found = shutil.which("wrk")
     if found:
         return found
