@@ -38,9 +38,9 @@ requests/s and a paced ping), and its CPU time counts in CPU/wall.
 -y wrk``) and says so; otherwise it exits with status 1, saying how to install it.
 
 A chart (matplotlib, the ``bench`` extra) of the three figures with the
-targets drawn goes to ``docs/http_bench.png`` after a full run (``--chart
-PATH`` elsewhere, ``--chart ''`` for none; a ``--quick`` run writes to the
-temporary directory unless ``--chart`` is given).
+targets drawn goes to ``bench_http.png`` in the temporary directory
+(``--chart PATH`` elsewhere, ``--chart ''`` for none; the README's picture
+is ``--chart docs/http_bench.png``).
 
 Run: ``python benchmarks/bench_http.py [--quick] [--json] [--chart PATH]``
 (``--loop asyncio`` serves on asyncio's loop instead of uvloop).
@@ -83,7 +83,6 @@ ANCHOR = "to_thread"
 APP = os.path.join(_common.REPO, "examples", "aiohttp_app.py")
 LUA = os.path.join(_common.HERE, "_wrk_report.lua")
 WRK_MARK = "@@wrk "
-DEFAULT_CHART = os.path.join(_common.REPO, "docs", "http_bench.png")
 
 # DESIGN-style targets of issue #15.
 LIGHT_P99_MAX = 0.1  # x to_thread's p99
@@ -615,8 +614,7 @@ def main() -> int:
     summary = _REPORTED["summary"]
     missing = [n for n in _REPORTED["chosen"] if n not in summary]
     if chart is None:
-        chart = (os.path.join(tempfile.gettempdir(), "http_bench-quick.png")
-                 if _REPORTED["params"].get("quick") else DEFAULT_CHART)
+        chart = os.path.join(tempfile.gettempdir(), "bench_http.png")
     if chart:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(chart)), exist_ok=True)
