@@ -558,7 +558,8 @@ def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], u
         else:
             text = f"{v:,.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
             x = v * 1.08 if log else v + top * 0.01
-        ax.text(x, y, text, va="center", fontsize=9)
+        ax.text(x, y, text, va="center", fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     ax.set_ylim(len(labels) - 0.5, -1.2)  # a strip above the bars for the target's label
     if not math.isnan(limit):
         ax.axvline(limit, color="black", linestyle="--", linewidth=1.5)
