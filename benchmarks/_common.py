@@ -668,7 +668,7 @@ def fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
 def fmt_ratio(value: float) -> str:
     if value is None or math.isnan(value):
         return "–"
-    if value < 0.1:
+    if value < 1:  # 3 decimals: a 0.102x that misses a 0.1x target must not print as 0.10x
         return f"{value:.3f}x"
     return f"{value:.2f}x"
 

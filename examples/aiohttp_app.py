@@ -21,6 +21,16 @@ Then, on 127.0.0.1:8080:
 - ``GET /stats``: both pools' ``statistics()`` and the recent streams (how
   far each got, how it ended, whether its channel ends are closed).
 
+``--mode`` says where ``/primes`` computes, so the same app can be
+measured against what people do without interpreters
+(``benchmarks/bench_http.py`` drives it with ``wrk``):
+``interpreters`` (the default, an ``InterpreterPool``), ``processes``
+(an ``aiosubinterp.ProcessPool``: worker processes, pickled calls),
+``to_thread`` (``asyncio.to_thread`` on a default executor of as many
+threads: they share the main GIL with the event loop) and ``inline`` (on
+the event loop itself: every other request waits meanwhile). ``/stream``
+always comes from the stream pool of interpreters.
+
 Streams run in a pool of their own (``--max-streams`` interpreters, so that
 many streams at once; more wait in its queue): a producer blocked on a slow
 client holds its interpreter, and must not starve ``/primes`` of workers.
@@ -38,9 +48,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
+import os
 import sys
 
 import _aiohttp_work as work
@@ -51,8 +63,12 @@ import aiosubinterp
 STREAM_CAPACITY = 2  # chunks buffered between a producer and its handler
 MAX_COUNT = 10**9
 MAX_PRIMES_N = 10**7
+MODES = ("interpreters", "processes", "to_thread", "inline")  # where /primes computes
 
-CPU_POOL = web.AppKey("cpu_pool", aiosubinterp.InterpreterPool)
+# The pool of /primes: an InterpreterPool, a ProcessPool, or None (to_thread, inline).
+CPU_POOL = web.AppKey("cpu_pool", object)
+# How /primes runs fn(*args): an async function, per --mode.
+RUN_CPU = web.AppKey("run_cpu", object)
 STREAM_POOL = web.AppKey("stream_pool", aiosubinterp.InterpreterPool)
 SETTINGS = web.AppKey("settings", dict)
 STREAMS = web.AppKey("streams", collections.deque)
@@ -99,7 +115,7 @@ async def ping(request):
 
 async def primes(request):
     n = int_param(request, "n", 100_000, 0, MAX_PRIMES_N)
-    count = await request.app[CPU_POOL].run(work.count_primes, n)
+    count = await request.app[RUN_CPU](work.count_primes, n)
     return web.json_response({"n": n, "primes": count})
 
 
@@ -147,8 +163,10 @@ async def stream(request):
 
 async def stats(request):
     app = request.app
+    cpu = app[CPU_POOL]
     return web.json_response({
-        "cpu_pool": app[CPU_POOL].statistics(),
+        "mode": app[SETTINGS]["mode"],
+        "cpu_pool": cpu.statistics() if cpu is not None else None,
         "stream_pool": app[STREAM_POOL].statistics(),
         "streams": [st.describe() for st in app[STREAMS]],
     })
@@ -156,18 +174,41 @@ async def stats(request):
 
 # -- the app -----------------------------------------------------------------------------
 
+async def run_inline(fn, *args):
+    """--mode inline: the work runs on the event loop, which serves nothing else meanwhile."""
+    return fn(*args)
+
+
 async def pools(app):
-    """cleanup_ctx: both pools live exactly as long as the app."""
+    """cleanup_ctx: both pools (or to_thread's threads) live exactly as long as the app."""
     settings = app[SETTINGS]
+    mode, workers = settings["mode"], settings["workers"]
     async with contextlib.AsyncExitStack() as stack:
-        cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(settings["workers"]))
+        cpu = None
+        if mode == "interpreters":
+            cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
+            run_cpu = cpu.run
+        elif mode == "processes":
+            cpu = await stack.enter_async_context(aiosubinterp.ProcessPool(workers))
+            run_cpu = cpu.run
+        elif mode == "to_thread":
+            # asyncio.to_thread runs on the loop's default executor: give it
+            # as many threads as the pools have workers.
+            threads = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count())
+            stack.callback(threads.shutdown)
+            asyncio.get_running_loop().set_default_executor(threads)
+            run_cpu = asyncio.to_thread
+        else:
+            run_cpu = run_inline
         streams = await stack.enter_async_context(
             aiosubinterp.InterpreterPool(settings["max_streams"], idle_spin=0))
         # Warm up: each worker imports _aiohttp_work before the first request needs it.
-        await asyncio.gather(cpu.run(work.count_primes, 10), streams.run(work.count_primes, 10))
-        app[CPU_POOL], app[STREAM_POOL] = cpu, streams
+        await asyncio.gather(*(run_cpu(work.count_primes, 10)
+                               for _ in range(workers or os.cpu_count() or 1)),
+                             streams.run(work.count_primes, 10))
+        app[CPU_POOL], app[RUN_CPU], app[STREAM_POOL] = cpu, run_cpu, streams
         yield
-    # Leaving the stack closed both pools: every interpreter is destroyed.
+    # Leaving the stack closed both pools: every interpreter (and process, or thread) is gone.
 
 
 async def cancel_streams(app):
@@ -177,10 +218,12 @@ async def cancel_streams(app):
             st.handler.cancel()
 
 
-def make_app(workers=None, max_streams=2):
-    """The application; ``workers`` interpreters for CPU work (default: one per CPU)."""
+def make_app(workers=None, max_streams=2, mode="interpreters"):
+    """The application; ``workers`` for /primes (default: one per CPU), in ``mode`` (MODES)."""
+    if mode not in MODES:
+        raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     app = web.Application()
-    app[SETTINGS] = {"workers": workers, "max_streams": max_streams}
+    app[SETTINGS] = {"workers": workers, "max_streams": max_streams, "mode": mode}
     # The streams in flight and the last ones that ended, for /stats.
     app[STREAMS] = collections.deque(maxlen=64)
     app.cleanup_ctx.append(pools)
@@ -194,10 +237,15 @@ def make_app(workers=None, max_streams=2):
     return app
 
 
-def new_loop():
+def new_loop(kind="auto"):
+    """uvloop's loop if installed (or asked for: then it must be), else asyncio's."""
+    if kind == "asyncio":
+        return asyncio.new_event_loop()
     try:
         import uvloop
     except ImportError:
+        if kind == "uvloop":
+            raise
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
 
@@ -206,14 +254,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--mode", choices=MODES, default="interpreters",
+                        help="where /primes computes: an InterpreterPool (default), a "
+                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
     parser.add_argument("--workers", type=int, default=None,
-                        help="interpreters for /primes (default: one per CPU)")
+                        help="interpreters (processes, threads) for /primes (default: one per CPU)")
     parser.add_argument("--max-streams", type=int, default=2,
                         help="interpreters producing streams, so streams at once (default 2)")
+    parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                        help="event loop (default: uvloop if installed, else asyncio)")
     args = parser.parse_args(argv)
-    app = make_app(args.workers, args.max_streams)
-    loop = new_loop()
-    print(f"event loop: {type(loop).__module__}.{type(loop).__name__}", flush=True)
+    app = make_app(args.workers, args.max_streams, args.mode)
+    loop = new_loop(args.loop)
+    print(f"event loop: {type(loop).__module__}.{type(loop).__name__}; /primes: {args.mode}",
+          flush=True)
     web.run_app(app, host=args.host, port=args.port, loop=loop,
                 handler_cancellation=True, shutdown_timeout=5)
     return 0

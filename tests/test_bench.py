@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import pathlib
+import sys
 
 # numpy, which matplotlib imports, starts its BLAS threads at import: import it
 # here, before the leak check's thread count, not in the first test.
@@ -82,6 +84,8 @@ def test_chart_without_contenders_or_targets(tmp_path):
     ({"speedup": {"serial": 1.0, "b": 1.7}}, "bench_cpu_scaling", ("x", "higher", None)),
     ({"lag_ms": {"a": {"p50": 0.1, "p99": 0.9}}}, "bench_loop_lag", ("ms", "lower", {"a": 0.9})),
     ({"medians": {"a": {"small_i2l": 5.0}}}, "bench_channel", ("items/s", "higher", {"a": 5.0})),
+    ({"http": {"a": {"light_p99_ms": 2.5, "heavy_rps": 90.0}}}, "bench_http",
+     ("ms", "lower", {"a": 2.5})),
     ({"stats": {"a": {"p50": 15.0}}}, "bench_roundtrip", ("µs", "lower", {"a": 15.0})),
     ({"stats": {"a 64MiB-echo": {"p50": 19.0}, "a 1MiB-len": {"p50": 2.0}}}, "bench_buffer",
      ("µs", "lower", {"a": 19.0})),
@@ -130,6 +134,145 @@ def test_the_real_benchmarks_json_still_has_a_headline(tmp_path):
     for script in sorted(root.glob("bench_*.py")):
         source = script.read_text()
         keys = [k for k in ("median_tasks_per_s", "speedup", "lag_ms", "medians", "stats",
-                            "first_result_ms") if f'"{k}"' in source]
+                            "first_result_ms", "http") if f'"{k}"' in source]
         assert keys, f"{script.name}: no summary key the bench command charts"
     json.dumps(_doc({}, []))  # the fixture itself is JSON, as the CLI reads it
+
+
+# -- benchmarks/bench_http.py's pure helpers (no wrk needed) ----------------------------
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+
+# wrk 4.1.0's report of a paced /ping run with --latency and _wrk_report.lua.
+WRK_PING = """\
+Running 1s test @ http://127.0.0.1:18093/ping
+  1 threads and 1 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   849.13us    1.48ms   9.78ms   86.67%
+    Req/Sec     6.31k     2.96k   11.41k    60.00%
+  Latency Distribution
+     50%   61.00us
+     75%    1.10ms
+     90%    2.84ms
+     99%    7.12ms
+  6298 requests in 1.01s, 0.94MB read
+  Socket errors: connect 0, read 1, write 0, timeout 2
+Requests/sec:   6229.68
+Transfer/sec:      0.93MB
+@@wrk {"requests":6298,"bytes":985600,"duration_us":1010000,"errors":{"connect":0,"read":1,\
+"write":0,"status":0,"timeout":2},"latency_us":{"min":41,"max":9780,"mean":849.1,\
+"stdev":1480.0,"percentiles":{"50":61,"90":2840,"99":7120,"99.9":9100}}}
+"""
+
+WRK_STREAM = """\
+Running 1s test @ http://127.0.0.1:18093/stream?count=64&size=1048576
+  1 threads and 1 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   174.23ms   53.06ms 235.43ms   50.00%
+    Req/Sec     5.83      2.93    10.00     66.67%
+  6 requests in 1.14s, 429.01MB read
+  Non-2xx or 3xx responses: 3
+Requests/sec:      5.28
+Transfer/sec:    377.49MB
+"""
+
+
+@pytest.fixture(scope="module")
+def bench_http():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("bench_http")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_wrk_units(bench_http):
+    assert bench_http.parse_duration("850.00us") == pytest.approx(850e-6)
+    assert bench_http.parse_duration("1.23ms") == pytest.approx(1.23e-3)
+    assert bench_http.parse_duration("2.00s") == 2.0
+    assert bench_http.parse_duration("1.50m") == 90.0
+    assert bench_http.parse_size("512.00B") == 512
+    assert bench_http.parse_size("1.50KB") == 1536
+    assert bench_http.parse_size("377.49MB") == pytest.approx(377.49 * 2**20)
+    for bad in ("fast", "12", "1.2 parsecs"):
+        with pytest.raises(ValueError, match="not a wrk"):
+            bench_http.parse_duration(bad)
+    with pytest.raises(ValueError, match="not a wrk size"):
+        bench_http.parse_size("12 bytes")
+
+
+def test_wrk_text_report(bench_http):
+    ping = bench_http.parse_wrk_text(WRK_PING)
+    assert ping["requests_per_s"] == 6229.68 and ping["requests"] == 6298
+    assert ping["duration_s"] == pytest.approx(1.01)
+    assert ping["bytes_per_s"] == pytest.approx(0.93 * 2**20)
+    lat = ping["latency"]
+    assert lat["p50"] == pytest.approx(61e-6) and lat["p99"] == pytest.approx(7.12e-3)
+    assert set(lat) == {"avg", "stdev", "max", "p50", "p75", "p90", "p99"}
+    assert lat["max"] == pytest.approx(9.78e-3)
+    assert ping["errors"] == {"connect": 0, "read": 1, "write": 0, "timeout": 2}
+    stream = bench_http.parse_wrk_text(WRK_STREAM)
+    assert stream["bytes_per_s"] == pytest.approx(377.49 * 2**20)
+    assert stream["bytes"] == pytest.approx(429.01 * 2**20)
+    assert stream["errors"] == {"status": 3}
+    assert "p50" not in stream["latency"]  # no --latency: no distribution
+
+
+def test_wrk_lua_report(bench_http):
+    rep = bench_http.parse_wrk_report(WRK_PING)
+    assert rep["requests_per_s"] == pytest.approx(6298 / 1.01)
+    assert rep["bytes_per_s"] == pytest.approx(985600 / 1.01)
+    assert rep["latency_ms"] == pytest.approx({"p50": 0.061, "p90": 2.84, "p99": 7.12,
+                                               "p99.9": 9.1, "min": 0.041, "max": 9.78,
+                                               "mean": 0.8491})
+    assert rep["errors_total"] == 3
+    with pytest.raises(ValueError, match="no '@@wrk' line"):
+        bench_http.parse_wrk_report(WRK_STREAM)
+
+
+def test_wrk_lua_report_without_answers_has_no_latency(bench_http):
+    line = ('@@wrk {"requests":0,"bytes":0,"duration_us":2000000,"errors":{"connect":0,'
+            '"read":0,"write":0,"status":0,"timeout":0},"latency_us":{"min":0,"max":0,'
+            '"mean":0,"stdev":0,"percentiles":{"50":0,"90":0,"99":0,"99.9":0}}}')
+    rep = bench_http.parse_wrk_report(line)
+    assert rep["requests_per_s"] == 0
+    assert all(math.isnan(v) for v in rep["latency_ms"].values())
+
+
+def test_http_targets(bench_http):
+    summary = {"to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+               "aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0, "stream_mib_s": 650.0}}
+    light, heavy, stream = bench_http.targets_of(summary)
+    assert (light.measured, light.verdict) == (0.05, "PASS")
+    assert (heavy.measured, heavy.verdict) == (1.875, "PASS")
+    assert (stream.measured, stream.unit, stream.verdict) == (650.0, "MiB/s", "PASS")
+    summary["aiosubinterp"].update(light_p99_ms=8.0, heavy_rps=100.0, stream_mib_s=150.0)
+    assert [t.verdict for t in bench_http.targets_of(summary)] == ["MISS"] * 3
+    # A contender that did not run: no verdict rather than a wrong one.
+    assert [t.verdict for t in bench_http.targets_of({"aiosubinterp": summary["aiosubinterp"]})
+            ] == ["n/a", "n/a", "MISS"]
+    assert [t.verdict for t in bench_http.targets_of({})] == ["n/a"] * 3
+
+
+def test_http_chart_stands_alone(bench_http, tmp_path):
+    summary = {"inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
+               "to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+               "aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
+               "aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0, "stream_mib_s": 650.0}}
+    path = tmp_path / "http.png"
+    bench_http.draw_chart(str(path), summary, bench_http.targets_of(summary), "a test")
+    with Image.open(path) as png:
+        assert png.text["Title"].startswith("bench_http")
+        colours = {rgb for _, rgb in png.convert("RGB").getcolors(maxcolors=1 << 20)}
+    # ours in blue, the others in grey; PASS (green) and MISS (red) verdicts
+    assert {BLUE, GRAY, GREEN, RED} <= colours
+
+
+def test_wrk_missing_without_root_says_how_to_install(bench_http, monkeypatch):
+    monkeypatch.setattr(bench_http.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match=r"wrk .* is not on PATH.*apt-get install wrk"):
+        bench_http.find_wrk()
+    monkeypatch.setattr(bench_http.shutil, "which",
+                        lambda name: "/usr/bin/apt-get" if name == "apt-get" else None)
+    with pytest.raises(SystemExit, match="installing is off"):
+        bench_http.find_wrk(install=False)

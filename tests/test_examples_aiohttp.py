@@ -41,8 +41,8 @@ def ex(monkeypatch):
 class Server:
     """The app on a loopback socket; stop() is its shutdown (idempotent)."""
 
-    def __init__(self, ex, handler_cancellation: bool) -> None:
-        self.app = ex.make_app(workers=2, max_streams=2)
+    def __init__(self, ex, handler_cancellation: bool, mode: str = "interpreters") -> None:
+        self.app = ex.make_app(workers=2, max_streams=2, mode=mode)
         self.runner = web.AppRunner(self.app, handler_cancellation=handler_cancellation,
                                     shutdown_timeout=5)
         self.stopped = False
@@ -66,8 +66,8 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(ex, handler_cancellation=True):
-    server = Server(ex, handler_cancellation)
+async def serving(ex, handler_cancellation=True, mode="interpreters"):
+    server = Server(ex, handler_cancellation, mode)
     try:
         url = await server.start()
         timeout = aiohttp.ClientTimeout(total=DEADLINE)
@@ -91,6 +91,24 @@ async def test_primes_and_ping(ex):
             assert r.status == 400
         async with client.get("/ping") as r:
             assert r.status == 200 and await r.text() == "pong\n"
+
+
+@pytest.mark.parametrize("mode", ["processes", "to_thread", "inline"])
+async def test_primes_in_the_other_modes(ex, mode):
+    # The modes bench_http.py compares with the default (interpreters).
+    async with serving(ex, mode=mode) as (_, client):
+        results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
+        assert results == [{"n": 1000, "primes": 168}] * 4
+        described = await get_json(client, "/stats")
+        assert described["mode"] == mode
+        if mode == "processes":
+            assert described["cpu_pool"]["size"] == 2
+        else:
+            assert described["cpu_pool"] is None
+        async with client.get("/stream", params={"count": 3, "size": 100}) as r:
+            assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
+    with pytest.raises(ValueError, match="unknown mode 'fork'"):
+        ex.make_app(mode="fork")
 
 
 async def test_ping_answers_while_every_worker_computes(ex):

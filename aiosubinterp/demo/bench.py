@@ -41,6 +41,9 @@ def _headline_of(summary: dict[str, Any], name: str) -> Headline | None:
     if "lag_ms" in summary:
         return ("event-loop lag p99 (1 ms ticker)", "ms", "lower",
                 {k: _p("p99")(v) for k, v in summary["lag_ms"].items()})
+    if "http" in summary:  # bench_http (wrk)
+        return ("/ping p99 while /primes is loaded (wrk)", "ms", "lower",
+                {k: float(v["light_p99_ms"]) for k, v in summary["http"].items()})
     if "medians" in summary:  # bench_channel
         return ("small items per second, interpreter -> loop", "items/s", "higher",
                 {k: float(v["small_i2l"]) for k, v in summary["medians"].items()})

@@ -1,0 +1,33 @@
+-- wrk script of bench_http.py: optional pacing, and one JSON line at the end.
+--
+--   wrk ... -s _wrk_report.lua URL -- [DELAY_MS]
+--
+-- With DELAY_MS > 0, each connection waits that long before each request
+-- (wrk's delay() hook): a light client at a known, low rate. done() prints
+-- the summary and exact latency percentiles (microseconds, from wrk's
+-- histogram) on one line that starts with "@@wrk ", for the script to parse.
+
+local delay_ms = 0
+
+function init(args)
+   delay_ms = tonumber(args[1] or "0") or 0
+   if delay_ms > 0 then
+      -- wrk looks for a global delay() after init(), once per thread.
+      delay = function() return delay_ms end
+   end
+end
+
+done = function(summary, latency, requests)
+   local e = summary.errors
+   local p = {}
+   for _, q in ipairs({ 50, 90, 99, 99.9 }) do
+      p[#p + 1] = string.format('"%g":%d', q, latency:percentile(q))
+   end
+   io.write(string.format(
+      '@@wrk {"requests":%d,"bytes":%d,"duration_us":%d,' ..
+      '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+      '"latency_us":{"min":%d,"max":%d,"mean":%.1f,"stdev":%.1f,"percentiles":{%s}}}\n',
+      summary.requests, summary.bytes, summary.duration,
+      e.connect, e.read, e.write, e.status, e.timeout,
+      latency.min, latency.max, latency.mean, latency.stdev, table.concat(p, ",")))
+end

@@ -1,0 +1,644 @@
+"""An aiohttp app on uvloop under load from ``wrk``: light latency, heavy req/s, streaming MB/s.
+
+The server is ``examples/aiohttp_app.py`` itself (the app the README shows),
+started once per contender and round in a process of its own on a loopback
+port, with ``--mode`` saying where its heavy endpoint ``/primes`` counts
+primes (pure Python, ``n`` calibrated to ~10 ms in the parent):
+
+  inline                  on the event loop (every other request waits meanwhile)
+  to_thread               ``asyncio.to_thread``, a default executor of 2 threads
+  aiosubinterp-processes  ``aiosubinterp.ProcessPool(2)``
+  aiosubinterp            ``aiosubinterp.InterpreterPool(2)``
+
+Per contender, after a short warm-up of ``/primes``:
+
+1. load: for ``seconds`` s, one ``wrk`` keeps ``/primes`` busy (``heavy_connections``
+   connections, back to back) while a second ``wrk --latency`` asks ``/ping``
+   on 1 connection, one request every ``light_delay_ms`` ms (a health check).
+   Reported: ``/ping``'s p50/p99/max (exact, from wrk's histogram through the
+   ``done()`` hook of ``_wrk_report.lua``) and ``/primes``'s requests/s.
+2. streaming (the InterpreterPool contender only: ``/stream`` is produced in
+   an interpreter of the app's stream pool in every mode): ``wrk`` reads
+   ``/stream?count=..&size=1 MiB`` for ``stream_seconds`` s on
+   ``stream_connections`` connections; each 1 MiB chunk crosses
+   ``open_channel(2)`` from the producer to the handler (a view, not a copy,
+   from 64 KiB up). Reported: MiB/s of response bytes (wrk's ``Transfer/sec``;
+   1 MiB = 2**20 bytes, what wrk prints as "MB").
+
+Targets (issue #15; one run, 2 cores, aiohttp on uvloop):
+  /ping p99 while /primes is loaded <= 0.1 x to_thread's;
+  /primes req/s >= 1.4 x to_thread's;
+  streaming from an interpreter >= 200 MB/s to a loopback client (measured in MiB/s: stricter).
+
+wrk runs on the same 2 cores as the server (it is light: ~100-200 heavy
+requests/s and a paced ping), and its CPU time counts in CPU/wall.
+
+``wrk`` must be on PATH. If it is not and this runs as root where
+``apt-get`` exists, the script installs Debian's package (``apt-get install
+-y wrk``) and says so; otherwise it exits with status 1, saying how to install it.
+
+A chart (matplotlib, the ``bench`` extra) of the three figures with the
+targets drawn goes to ``bench_http.png`` in the temporary directory
+(``--chart PATH`` elsewhere, ``--chart ''`` for none; the README's picture
+is ``--chart docs/http_bench.png``).
+
+Run: ``python benchmarks/bench_http.py [--quick] [--json] [--chart PATH]``
+(``--loop asyncio`` serves on asyncio's loop instead of uvloop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import _common
+
+MODES = {  # contender -> the app's --mode
+    "inline": "inline",
+    "to_thread": "to_thread",
+    "aiosubinterp-processes": "processes",
+    "aiosubinterp": "interpreters",
+}
+LABELS = {  # for the chart
+    "inline": "inline (on the loop)",
+    "to_thread": "asyncio.to_thread (2 threads)",
+    "aiosubinterp-processes": "aiosubinterp ProcessPool(2)",
+    "aiosubinterp": "aiosubinterp InterpreterPool(2)",
+}
+STREAMER = "aiosubinterp"  # the contender that also measures /stream
+ANCHOR = "to_thread"
+APP = os.path.join(_common.REPO, "examples", "aiohttp_app.py")
+LUA = os.path.join(_common.HERE, "_wrk_report.lua")
+WRK_MARK = "@@wrk "
+
+# DESIGN-style targets of issue #15.
+LIGHT_P99_MAX = 0.1  # x to_thread's p99
+HEAVY_RPS_MIN = 1.4  # x to_thread's req/s
+STREAM_MIB_S_MIN = 200.0
+
+# ----------------------------------------------------------------- finding wrk
+
+INSTALL_HINT = (
+    "install it: `sudo apt-get install wrk` (Debian, Ubuntu), `sudo dnf install wrk` "
+    "(Fedora), `brew install wrk` (macOS), or build it from https://github.com/wg/wrk; "
+    "then run this script again"
+)
+
+
+def find_wrk(*, install: bool = True) -> str:
+    """The path of wrk; installs Debian's package if missing and allowed.
+
+    Raises:
+        SystemExit: (exit status 1) wrk is missing and could not be installed;
+            the message says how to install it.
+    """
+    found = shutil.which("wrk")
+    if found:
+        return found
+    apt = shutil.which("apt-get")
+    if not install or apt is None or os.geteuid() != 0:
+        why = ("not root" if apt and os.geteuid() != 0
+               else "no apt-get here" if apt is None else "installing is off")
+        raise SystemExit(f"bench_http: wrk (the HTTP load generator) is not on PATH and was "
+                         f"not installed ({why}); {INSTALL_HINT}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for attempt in ("install", "update", "install"):
+        cmd = [apt, "-y", "-q", "install", "wrk"] if attempt == "install" else [apt, "-q",
+                                                                                "update"]
+        print(f"bench_http: wrk is not on PATH; running `{' '.join(cmd)}` (root, Debian "
+              "package)", file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SystemExit(f"bench_http: `{' '.join(cmd)}` failed: {exc}; "
+                             f"{INSTALL_HINT}") from None
+        found = shutil.which("wrk")
+        if found:
+            print(f"bench_http: installed {found}", file=sys.stderr, flush=True)
+            return found
+        if proc.returncode != 0:
+            print(f"bench_http: `{' '.join(cmd)}` exited {proc.returncode}: "
+                  f"{proc.stderr.strip()[-400:]}", file=sys.stderr, flush=True)
+    raise SystemExit(f"bench_http: could not install wrk with apt-get; {INSTALL_HINT}")
+
+
+# ------------------------------------------------------------- wrk's output
+#
+# Pure functions (tests/test_bench.py runs them without wrk).
+
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_METRIC_UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from wrk's time format: "850.00us", "1.23ms", "2.00s", "1.50m"."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*(us|ms|s|m|h)\s*", text)
+    if not m:
+        raise ValueError(f"not a wrk duration: {text!r}")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2)]
+
+
+def parse_size(text: str) -> float:
+    """Bytes from wrk's binary size format: "512.00B", "11.44MB" (MB = 2**20 bytes)."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?)B\s*", text)
+    if not m:
+        raise ValueError(f"not a wrk size: {text!r}")
+    return float(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def parse_wrk_text(text: str) -> dict[str, Any]:
+    """What wrk's standard report says: req/s, bytes/s, requests, errors, latency (seconds).
+
+    ``latency`` holds avg/stdev/max from the thread stats line and, with
+    ``--latency``, the distribution's 50/75/90/99 percentiles.
+    """
+    out: dict[str, Any] = {"latency": {}, "errors": {}}
+    m = re.search(r"^Requests/sec:\s*([\d.]+)", text, re.M)
+    if m:
+        out["requests_per_s"] = float(m.group(1))
+    m = re.search(r"^Transfer/sec:\s*(\S+)", text, re.M)
+    if m:
+        out["bytes_per_s"] = parse_size(m.group(1))
+    m = re.search(r"^\s*(\d+) requests in (\S+), (\S+) read", text, re.M)
+    if m:
+        out["requests"] = int(m.group(1))
+        out["duration_s"] = parse_duration(m.group(2))
+        out["bytes"] = parse_size(m.group(3))
+    m = re.search(r"^\s*Latency\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+%", text, re.M)
+    if m:
+        out["latency"].update(avg=parse_duration(m.group(1)), stdev=parse_duration(m.group(2)),
+                              max=parse_duration(m.group(3)))
+    dist = text.split("Latency Distribution", 1)
+    if len(dist) == 2:
+        for q, value in re.findall(r"^\s*([\d.]+)%\s+(\S+)\s*$", dist[1], re.M):
+            out["latency"][f"p{float(q):g}"] = parse_duration(value)
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        out["errors"].update(zip(("connect", "read", "write", "timeout"),
+                                 map(int, m.groups()), strict=True))
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    if m:
+        out["errors"]["status"] = int(m.group(1))
+    return out
+
+
+def parse_wrk_report(text: str) -> dict[str, Any]:
+    """The JSON line of ``_wrk_report.lua``'s done(), with rates added; ValueError if absent.
+
+    Adds ``requests_per_s``, ``bytes_per_s`` and ``latency_ms`` (p50, p90,
+    p99, p99.9, min, max, mean in milliseconds) and ``errors_total``.
+    """
+    found = None
+    for line in text.splitlines():
+        if line.startswith(WRK_MARK):
+            found = json.loads(line[len(WRK_MARK):])
+    if found is None:
+        raise ValueError("no '@@wrk' line in wrk's output (was it run with -s _wrk_report.lua?)")
+    seconds = found["duration_us"] / 1e6
+    lat = found["latency_us"]
+    found["requests_per_s"] = found["requests"] / seconds if seconds > 0 else math.nan
+    found["bytes_per_s"] = found["bytes"] / seconds if seconds > 0 else math.nan
+    # No request completed: wrk's histogram is empty and says 0; that is no latency.
+    answered = found["requests"] > 0
+    ms = {f"p{float(q):g}": v / 1000 if answered else math.nan
+          for q, v in lat["percentiles"].items()}
+    ms.update({k: lat[k] / 1000 if answered else math.nan for k in ("min", "max", "mean")})
+    found["latency_ms"] = ms
+    found["errors_total"] = sum(found["errors"].values())
+    return found
+
+
+# ------------------------------------------------------------------- targets
+
+
+def targets_of(summary: dict[str, dict[str, float]]) -> list[_common.Target]:
+    """The three targets of issue #15 from report()'s summary (NaN where a figure is missing)."""
+    ours = summary.get("aiosubinterp", {})
+    anchor = summary.get(ANCHOR, {})
+    nan = math.nan
+    return [
+        _common.Target("/ping p99 while /primes is loaded / to_thread's",
+                       _common.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
+                       "<=", LIGHT_P99_MAX, note="asyncio.to_thread, 2 threads"),
+        _common.Target("/primes req/s under load / to_thread's",
+                       _common.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
+                       ">=", HEAVY_RPS_MIN, note="asyncio.to_thread, 2 threads"),
+        _common.Target("streaming from an interpreter to a loopback client",
+                       ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
+                       note="absolute (1 MiB chunks through open_channel(2))"),
+    ]
+
+
+# ------------------------------------------------------------------ the child
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """examples/aiohttp_app.py in a child process, its output in a temporary file."""
+
+    def __init__(self, mode: str, loop: str, workers: int, max_streams: int) -> None:
+        self.port = _free_port()
+        self.log = tempfile.TemporaryFile("w+")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, APP, "--port", str(self.port), "--mode", mode, "--loop", loop,
+             "--workers", str(workers), "--max-streams", str(max_streams)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        """Wait until run_app says "Running on"; returns the loop line it printed first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.output()
+            if "Running on" in out:
+                return next((ln for ln in out.splitlines() if ln.startswith("event loop")), "")
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited with {self.proc.returncode} before serving: "
+                                   f"{out.strip()[-600:]}")
+            time.sleep(0.05)
+        raise RuntimeError(f"the app did not serve within {timeout:g} s: {self.output()[-600:]}")
+
+    def stop(self) -> int:
+        """Ctrl-C (the app's clean shutdown), then a kill if it does not exit in 15 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def _wrk_cmd(wrk: str, url: str, seconds: float, connections: int, *, latency: bool = False,
+             delay_ms: float = 0) -> list[str]:
+    cmd = [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+           "-s", LUA]
+    if latency:
+        cmd.append("--latency")
+    return [*cmd, url, "--", f"{delay_ms:g}"]
+
+
+def run_wrks(cmds: Sequence[list[str]], seconds: float) -> list[dict[str, Any]]:
+    """Run the wrk commands at the same time; each one's parsed report, and its text."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    results = []
+    for cmd, proc in zip(cmds, procs, strict=True):
+        try:
+            out, err = proc.communicate(timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"wrk did not finish: {' '.join(cmd)}") from None
+        if proc.returncode != 0:
+            raise RuntimeError(f"wrk exited {proc.returncode}: {' '.join(cmd)}: "
+                               f"{(err or out).strip()[-400:]}")
+        rep = parse_wrk_report(out)
+        rep["text"] = parse_wrk_text(out)
+        results.append(rep)
+    return results
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return bytes(r.read())
+
+
+def contender(name: str):
+    def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
+        wrk, n, seconds = params["wrk"], params["primes_n"], params["seconds"]
+        server = Server(MODES[name], params["server_loop"], _common.WORKERS,
+                        params["stream_connections"])
+        try:
+            loop_line = server.wait_ready()
+            heavy_url = f"{server.base}/primes?n={n}"
+            # One answer checked by hand; wrk then counts only status codes.
+            got = json.loads(_get(heavy_url))
+            if got != {"n": n, "primes": params["primes_expected"]}:
+                raise AssertionError(f"/primes?n={n} answered {got}, expected "
+                                     f"{params['primes_expected']} primes")
+            if params["warmup_seconds"]:
+                run_wrks([_wrk_cmd(wrk, heavy_url, params["warmup_seconds"],
+                                   params["heavy_connections"])], params["warmup_seconds"])
+            with _common.Meter() as meter:
+                heavy, light = run_wrks([
+                    _wrk_cmd(wrk, heavy_url, seconds, params["heavy_connections"]),
+                    _wrk_cmd(wrk, f"{server.base}/ping", seconds, 1, latency=True,
+                             delay_ms=params["light_delay_ms"]),
+                ], seconds)
+            out: dict[str, Any] = {
+                "heavy": heavy, "light": light, **meter.result(),
+                "info": f"examples/aiohttp_app.py --mode {MODES[name]} --workers "
+                        f"{_common.WORKERS}; {loop_line}",
+            }
+            if name == STREAMER:
+                count, size = params["stream_count"], params["stream_size"]
+                url = f"{server.base}/stream?count={count}&size={size}"
+                head = _get(f"{server.base}/stream?count=2&size={size}")
+                if len(head) != 2 * size or not head.startswith(b"00000000 "):
+                    raise AssertionError(f"/stream answered {len(head)} bytes, not 2 x {size}")
+                with _common.Meter() as smeter:
+                    (stream,) = run_wrks([_wrk_cmd(wrk, url, params["stream_seconds"],
+                                                   params["stream_connections"])],
+                                         params["stream_seconds"])
+                out["stream"] = stream
+                out["stream_meter"] = smeter.result()
+        finally:
+            code = server.stop()
+        if code != 0:
+            out["exit_problem"] = f"the app exited with {code} on Ctrl-C"
+        return out
+
+    return run
+
+
+# ----------------------------------------------------------------- the parent
+
+
+def prepare(params: dict[str, Any]) -> dict[str, Any]:
+    """Find (or install) wrk, and calibrate /primes's n to ~heavy_ms of pure Python here."""
+    params["wrk"] = find_wrk()
+    version = subprocess.run([params["wrk"], "-v"], capture_output=True, text=True, timeout=10)
+    params["wrk_version"] = (version.stdout or version.stderr).split("[")[0].strip()
+    params["server_loop"] = _server_loop()
+    sys.path.insert(0, os.path.dirname(APP))
+    try:
+        import _aiohttp_work as work
+    finally:
+        sys.path.remove(os.path.dirname(APP))
+
+    def best(n: int) -> float:
+        times = []
+        for _ in range(5):  # the fastest of 5: other load on the machine only slows
+            t0 = time.perf_counter()
+            work.count_primes(n)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    target = params["heavy_ms"] / 1000
+    n = 20_000
+    for _ in range(3):  # trial division costs ~n**1.5 (a little less: primes stop early)
+        n = max(1000, int(n * (target / best(n)) ** (1 / 1.4)))
+    params["primes_n"] = n
+    params["primes_ms"] = round(best(n) * 1000, 2)
+    params["primes_expected"] = work.count_primes(n)
+    return params
+
+
+def _server_loop() -> str:
+    """uvloop unless the command line says --loop asyncio (the issue measures uvloop)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--loop", default=None)
+    known, _ = parser.parse_known_args()
+    return "asyncio" if known.loop == "asyncio" else "uvloop"
+
+
+_REPORTED: dict[str, Any] = {}
+
+
+def _ms(x: float, digits: int = 2) -> str:
+    return _common.fmt(x, digits)
+
+
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    load = _common.Table(["contender", "/ping p50 ms", "/ping p99 ms", "/ping max ms",
+                          "/ping req", "p99 / to_thread's", "/primes req/s",
+                          "req/s / to_thread's", "/primes p50 ms", "errors",
+                          *_common.LOAD_HEADERS], heading="#### Under load")
+    stream = _common.Table(["contender", "MiB/s", "min", "max", "streams done", "chunk",
+                            *_common.LOAD_HEADERS], heading="#### Streaming")
+    summary: dict[str, dict[str, float]] = {}
+    for name, good in load.each(results):
+        med = _common.median
+        lp50 = med([r["light"]["latency_ms"]["p50"] for r in good])
+        lp99 = med([r["light"]["latency_ms"]["p99"] for r in good])
+        lmax = max((v for r in good if not math.isnan(v := r["light"]["latency_ms"]["max"])),
+                   default=math.nan)
+        rps = med([r["heavy"]["requests_per_s"] for r in good])
+        summary[name] = {"light_p50_ms": lp50, "light_p99_ms": lp99, "light_max_ms": lmax,
+                         "heavy_rps": rps,
+                         "heavy_p50_ms": med([r["heavy"]["latency_ms"]["p50"] for r in good]),
+                         "cpu_per_wall": med(_common.collect(good, "cpu_per_wall")),
+                         "other_cores": med(_common.collect(good, "other_cores"))}
+        errors = sum(r["light"]["errors_total"] + r["heavy"]["errors_total"] for r in good)
+        load.add(name, _ms(lp50), _ms(lp99), _ms(lmax),
+                 f"{sum(r['light']['requests'] for r in good):,}", "", f"{rps:,.1f}", "",
+                 _ms(summary[name]["heavy_p50_ms"], 1), str(errors), *_common.load_cells(good))
+        streams = [r["stream"] for r in good if "stream" in r]
+        if streams:
+            rates = [s["bytes_per_s"] / (1 << 20) for s in streams]
+            summary[name]["stream_mib_s"] = med(rates)
+            cells = _common.rate_cells(rates, 0)
+            meters = [r["stream_meter"] for r in good if "stream_meter" in r]
+            stream.add(name, *cells, f"{sum(s['requests'] for s in streams):,}",
+                       f"{params['stream_size'] >> 10} KiB",
+                       *_common.load_cells(meters))
+    anchor = summary.get(ANCHOR, {})
+    for name, s in summary.items():
+        load.set(name, 5, _common.fmt_ratio(_common.ratio(s["light_p99_ms"],
+                                                          anchor.get("light_p99_ms"))))
+        load.set(name, 7, _common.fmt_ratio(_common.ratio(s["heavy_rps"],
+                                                          anchor.get("heavy_rps"))))
+    targets = targets_of(summary)
+    seconds = params["seconds"]
+    notes = [
+        f"Server: examples/aiohttp_app.py on {params['server_loop']}, one fresh process per "
+        f"contender and round; /primes?n={params['primes_n']} counts primes in pure Python "
+        f"(~{params['primes_ms']} ms here); {_common.WORKERS} workers in every mode.",
+        f"Under load ({seconds} s, after {params['warmup_seconds']} s of warm-up): "
+        f"`{params['wrk_version']}` -t1 -c{params['heavy_connections']} on /primes, and at the "
+        f"same time -t1 -c1 --latency on /ping with a {params['light_delay_ms']} ms pause "
+        "before each request. /ping percentiles are exact (wrk's histogram, done() hook), "
+        "medians over rounds; max is the worst of all rounds; errors: socket errors and "
+        "non-2xx answers of both wrks.",
+        f"Streaming ({params['stream_seconds']} s): -t1 -c{params['stream_connections']} on "
+        f"/stream?count={params['stream_count']}&size={params['stream_size']}: each request a "
+        f"chunked body of {params['stream_count']} chunks of {params['stream_size'] >> 10} KiB "
+        "produced in an interpreter and sent through open_channel(2); MiB/s = response bytes "
+        "read by wrk per second (its Transfer/sec).",
+        "CPU/wall includes wrk's own CPU time (it runs in the contender's process tree). "
+        + _common.LOAD_NOTE,
+        *load.infos,
+    ]
+    _REPORTED.update(summary=summary, targets=targets, params=params, chosen=list(results))
+    tables = [load.section()]
+    if stream.rows:
+        tables.append(stream.section())
+    return _common.Report(tables, targets, notes, {"http": summary})
+
+
+# ------------------------------------------------------------------ the chart
+
+
+def draw_chart(path: str, summary: dict[str, dict[str, float]],
+               targets: list[_common.Target], subtitle: str) -> None:
+    """Three panels: /ping p99 under load, /primes req/s, streaming MiB/s; targets drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = [n for n in MODES if n in summary]
+    fig = Figure(figsize=(11, 8.6), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
+    fig.suptitle("aiohttp on uvloop under wrk load: where the CPU-heavy endpoint /primes runs\n"
+                 + subtitle, fontsize=11)
+    axes = fig.subplots(3, 1, height_ratios=[len(names) + 0.6, len(names) + 0.6, 1.8])
+    colours = ["tab:blue" if n.startswith("aiosubinterp") else "tab:gray" for n in names]
+    anchor = summary.get(ANCHOR, {})
+    # What the contender got of the machine: a reader of the picture alone
+    # must see when other load left it less than 2 cores.
+    labels = [LABELS[n] + ("" if math.isnan(summary[n].get("cpu_per_wall", math.nan))
+                           else f"\nused {summary[n]['cpu_per_wall']:.2f} cores, others "
+                                f"{summary[n]['other_cores']:.2f}")
+              for n in names]
+    light, heavy, streaming = targets
+    _bars(axes[0], labels, [summary[n].get("light_p99_ms", math.nan) for n in names], colours,
+          "ms", anchor.get("light_p99_ms", math.nan) * LIGHT_P99_MAX,
+          f"target: <= {LIGHT_P99_MAX:g} x to_thread's p99 = {{limit}}", log=True)
+    _title(axes[0], "/ping p99 latency while /primes is loaded (lower is better)", light)
+    axes[0].set_xlabel(axes[0].get_xlabel() + "; used: cores of CPU time of the server and wrk "
+                       "(medians), others: the rest of the machine")
+    _bars(axes[1], labels, [summary[n].get("heavy_rps", math.nan) for n in names], colours,
+          "req/s", anchor.get("heavy_rps", math.nan) * HEAVY_RPS_MIN,
+          f"target: >= {HEAVY_RPS_MIN:g} x to_thread's = {{limit}}", log=False)
+    _title(axes[1], "/primes requests per second under load (higher is better)", heavy)
+    _bars(axes[2], ["aiosubinterp InterpreterPool(2):\n/stream, 1 MiB chunks\nthrough a channel"],
+          [summary.get(STREAMER, {}).get("stream_mib_s", math.nan)], ["tab:blue"], "MiB/s",
+          STREAM_MIB_S_MIN, f"target: >= {STREAM_MIB_S_MIN:g} MB/s, drawn at {{limit}} (stricter)",
+          log=False)
+    _title(axes[2], "streaming a body produced in an interpreter to wrk (higher is better)",
+           streaming)
+    axes[2].set_xlabel("MiB/s of response body read by wrk (1 MiB = 2**20 bytes)")
+    fig.savefig(path, metadata={"Title": "bench_http: aiohttp on uvloop under wrk load"})
+
+
+def _title(ax: Any, text: str, target: _common.Target) -> None:
+    colour = {"PASS": "tab:green", "MISS": "tab:red"}.get(target.verdict, "black")
+    ax.set_title(text, loc="left", fontsize=10)
+    measured = (_common.fmt_ratio(target.measured) if target.unit == "x"
+                else _common.fmt(target.measured, 0, " " + target.unit))
+    ax.set_title(f"{target.verdict}: {measured} (target {target.op} {target.limit:g}"
+                 f"{'x' if target.unit == 'x' else ' ' + target.unit})", loc="right",
+                 fontsize=10, color=colour)
+
+
+def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], unit: str,
+          limit: float, limit_label: str, *, log: bool) -> None:
+    ys = list(range(len(labels)))
+    ax.barh(ys, [0 if math.isnan(v) else v for v in values], color=colours, height=0.6)
+    ax.set_yticks(ys, labels, fontsize=9)
+    ax.invert_yaxis()
+    finite = [v for v in [*values, limit] if not math.isnan(v) and v > 0]
+    top, low = max(finite, default=1.0), min(finite, default=1.0)
+    log = log and top / low > 20  # else the small bars (ours) would be invisible
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(low / 3, top * 15)
+    else:
+        ax.set_xlim(0, top * 1.3)
+    for y, v in zip(ys, values, strict=True):
+        if math.isnan(v):
+            text, x = "n/a: no request answered in the run", (low / 2.5 if log else top * 0.01)
+        else:
+            text = f"{v:,.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
+            x = v * 1.08 if log else v + top * 0.01
+        ax.text(x, y, text, va="center", fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    ax.set_ylim(len(labels) - 0.5, -1.2)  # a strip above the bars for the target's label
+    if not math.isnan(limit):
+        ax.axvline(limit, color="black", linestyle="--", linewidth=1.5)
+        left, right = ax.get_xlim()
+        # The label on the side of the line with room for it.
+        at_right = (math.log(limit / left) / math.log(right / left) if log
+                    else (limit - left) / (right - left)) < 0.6
+        ax.text(limit * (1.04 if at_right else 0.96) if log
+                else limit + (1 if at_right else -1) * top * 0.01, -0.85,
+                limit_label.format(limit=f"{limit:,.3g} {unit}"), va="center", fontsize=8,
+                ha="left" if at_right else "right")
+    ax.set_xlabel(unit + (" (log scale)" if log else "")
+                  + ("; blue: aiosubinterp" if "tab:gray" in colours else ""))
+
+
+def _chart_option() -> str | None:
+    """--chart PATH, removed from sys.argv before _common parses it (None: the default)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--chart", default=None)
+    known, rest = parser.parse_known_args()
+    sys.argv[1:] = rest
+    return known.chart
+
+
+def _subtitle(params: dict[str, Any]) -> str:
+    return (f"{_common.ncpu()} CPUs ({_common.cpu_model()}), Python "
+            f"{sys.version.split()[0]}, {params.get('wrk_version', 'wrk')}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+            f"{' '.join(open('/proc/loadavg').read().split()[:3])}"
+            + (" (--quick: rough numbers)" if params.get("quick") else ""))
+
+
+def main() -> int:
+    chart = _chart_option()
+    child = "--contender" in sys.argv
+    code = _common.main(
+        doc=__doc__,
+        title="bench_http: aiohttp on uvloop under wrk: /ping latency, /primes req/s, "
+              "/stream MiB/s",
+        contenders={name: contender(name) for name in MODES},
+        full={"seconds": 7, "warmup_seconds": 1, "heavy_ms": 10, "heavy_connections": 8,
+              "light_delay_ms": 5, "stream_seconds": 5, "stream_connections": 2,
+              "stream_count": 256, "stream_size": 1 << 20, "rounds": 2},
+        quick={"seconds": 2, "warmup_seconds": 0, "heavy_ms": 10, "heavy_connections": 8,
+               "light_delay_ms": 5, "stream_seconds": 2, "stream_connections": 2,
+               "stream_count": 64, "stream_size": 1 << 20, "rounds": 1},
+        prepare=prepare,
+        report=report,
+        child_timeout=(120.0, 60.0),
+    )
+    if child or not _REPORTED:
+        return code
+    summary = _REPORTED["summary"]
+    missing = [n for n in _REPORTED["chosen"] if n not in summary]
+    if chart is None:
+        chart = os.path.join(tempfile.gettempdir(), "bench_http.png")
+    if chart:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(chart)), exist_ok=True)
+            draw_chart(chart, summary, _REPORTED["targets"], _subtitle(_REPORTED["params"]))
+            print(f"bench_http: chart written to {chart}", file=sys.stderr)
+        except ImportError as exc:
+            print(f"bench_http: no chart ({exc}; the `bench` extra installs matplotlib)",
+                  file=sys.stderr)
+    if not summary or missing:
+        print(f"bench_http: contender(s) without a result: {', '.join(missing) or 'all'}",
+              file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
