@@ -389,7 +389,7 @@ def prepare(params: dict[str, Any]) -> dict[str, Any]:
     params["server_loop"] = _server_loop()
     sys.path.insert(0, os.path.dirname(APP))
     try:
-        import _aiohttp_work as work
+        import _web_work as work
     finally:
         sys.path.remove(os.path.dirname(APP))
 

@@ -38,7 +38,7 @@ Both pools are opened and closed with the app (``cleanup_ctx``): on
 shutdown (Ctrl-C) streams in flight are cancelled, then the pools close and
 destroy their interpreters.
 
-The work itself is in ``examples/_aiohttp_work.py``: worker interpreters
+The work itself is in ``examples/_web_work.py``: worker interpreters
 import functions by module name, and that module imports neither aiohttp
 (its compiled helpers refuse interpreters with their own GIL) nor asyncio.
 """
@@ -55,7 +55,7 @@ import itertools
 import os
 import sys
 
-import _aiohttp_work as work
+import _web_work as work
 from aiohttp import web
 
 import aiosubinterp
@@ -202,7 +202,7 @@ async def pools(app):
             run_cpu = run_inline
         streams = await stack.enter_async_context(
             aiosubinterp.InterpreterPool(settings["max_streams"], idle_spin=0))
-        # Warm up: each worker imports _aiohttp_work before the first request needs it.
+        # Warm up: each worker imports _web_work before the first request needs it.
         await asyncio.gather(*(run_cpu(work.count_primes, 10)
                                for _ in range(workers or os.cpu_count() or 1)),
                              streams.run(work.count_primes, 10))

@@ -44,7 +44,7 @@ too slow to take the rest within 5 s, uvicorn's ``timeout_graceful_shutdown``,
 is cut off), then the lifespan closes the pools, which destroys their
 interpreters.
 
-The work itself is in ``examples/_starlette_work.py``: worker interpreters
+The work itself is in ``examples/_web_work.py``: worker interpreters
 import functions by module name, and that module imports neither starlette
 nor asyncio.
 """
@@ -63,7 +63,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import _starlette_work as work
+import _web_work as work
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -246,7 +246,7 @@ async def stream(request: Request) -> Response:
     size = int_param(request, "size", 4096, 16, 1 << 20)
     # Lines of 64 KiB or more arrive as read-only memoryviews of the
     # producer's memory (no copy); the server writes them as they are.
-    return ChannelResponse(request, work.produce_lines, count, size,
+    return ChannelResponse(request, work.produce, count, size,
                            frame=lambda data: data, media_type="text/plain; charset=ascii")
 
 
@@ -296,7 +296,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         # Runs first on the way out: a producer still blocked on a channel
         # would keep its pool from closing.
         stack.callback(app.state.streams.end_all)
-        # Warm up: each worker imports _starlette_work before the first request needs it.
+        # Warm up: each worker imports _web_work before the first request needs it.
         await asyncio.gather(cpu.run(work.count_primes, 10), streams.run(work.count_primes, 10))
         yield {"cpu_pool": cpu, "stream_pool": streams}
     # Leaving the stack closed both pools: every interpreter is destroyed.

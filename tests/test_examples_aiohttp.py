@@ -284,7 +284,7 @@ def test_the_script_serves_and_stops_on_ctrl_c():
 def _expected_stream(count: int, size: int) -> bytes:
     sys.path.insert(0, str(EXAMPLES))
     try:
-        work = importlib.import_module("_aiohttp_work")
+        work = importlib.import_module("_web_work")
     finally:
         sys.path.remove(str(EXAMPLES))
     return b"".join(work.chunk(i, size) for i in range(count))

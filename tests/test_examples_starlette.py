@@ -195,7 +195,7 @@ async def test_stream_arrives_complete_and_in_order(ex, http, size):
         lines = body.splitlines(keepends=True)
         assert len(lines) == count
         for i, line in enumerate(lines):
-            assert line == ex.work.line(i, size), f"line {i}"
+            assert line == ex.work.chunk(i, size), f"line {i}"
         st = served.last_stream()
         assert (st.state, st.written) == ("complete", count)
         assert await st.producer == count
@@ -235,7 +235,7 @@ async def test_client_gone_mid_stream_stops_the_producer(ex):
     async with serving(ex) as (served, client):
         streams = served.streams
         r = await client.get("/stream", params={"count": count, "size": size})
-        assert await r.content.readexactly(size) == ex.work.line(0, size)
+        assert await r.content.readexactly(size) == ex.work.chunk(0, size)
         st = served.last_stream()
         # The client reads no more: once the socket buffers are full, the
         # channel fills and the producer blocks in send_sync (back-pressure).
@@ -259,7 +259,7 @@ async def test_client_gone_mid_stream_stops_the_producer(ex):
         async with client.get("/ping") as r2:
             assert await r2.text() == "pong\n"
         async with client.get("/stream", params={"count": 3, "size": 100}) as r2:
-            assert await r2.read() == b"".join(ex.work.line(i, 100) for i in range(3))
+            assert await r2.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
         described = await get_json(client, "/stats")
         assert described["stream_pool"]["running"] == 0
         assert [s["state"] for s in described["streams"]] == ["client gone", "complete"]
@@ -299,7 +299,7 @@ async def test_a_failing_producer_ends_the_response_early(ex, monkeypatch, _no_s
     # response raises the error, which uvicorn logs and answers by closing
     # the connection: the chunked body is cut short (no final chunk).
     async with serving(ex) as (served, client):
-        monkeypatch.setattr(ex.work, "produce_lines", ex.work.count_primes)
+        monkeypatch.setattr(ex.work, "produce", ex.work.count_primes)
         async with client.get("/stream", params={"count": 3}) as r:
             assert r.status == 200  # the headers went out before the body failed
             with pytest.raises(aiohttp.ClientPayloadError):
@@ -347,7 +347,7 @@ async def test_shutdown_with_streams_in_flight_closes_everything(ex):
         cpu, streams = served.cpu, served.streams
         async with (client.get("/stream", params={"count": 10**6, "size": 4096}) as lines,
                     client.get("/events", params={"n": 10**9, "step": 20_000}) as events):
-            assert await lines.content.readline() == ex.work.line(0, 4096)
+            assert await lines.content.readline() == ex.work.chunk(0, 4096)
             assert b"event: progress" in await events.content.readuntil(b"\n\n")
             # The clients go on reading while the server shuts down.
             bodies = asyncio.gather(lines.read(), events.read())
@@ -404,7 +404,7 @@ def test_the_script_serves_and_stops_on_ctrl_c(ex):
         base = f"http://127.0.0.1:{port}"
         assert _get(f"{base}/ping") == b"pong\n"
         assert _get(f"{base}/primes?n=100") == b'{"n":100,"primes":25}'
-        assert _get(f"{base}/stream?count=2&size=20") == ex.work.line(0, 20) + ex.work.line(1, 20)
+        assert _get(f"{base}/stream?count=2&size=20") == ex.work.chunk(0, 20) + ex.work.chunk(1, 20)
         assert [e["event"] for e in parse_events(_get(f"{base}/events?n=10&step=5").decode())] == [
             "progress", "progress", "result"]
         # A stream in flight when Ctrl-C comes gets its `shutdown` event.

@@ -1,8 +1,9 @@
-"""The work of ``examples/starlette_app.py`` that runs in worker interpreters.
+"""The work of the web examples (aiohttp_app.py, starlette_app.py) run in worker interpreters.
 
 Workers import functions by module name, so these live in a module of
-their own that imports nothing heavy: not starlette or uvicorn (nothing
-here needs them, and anyio would bring in asyncio), not asyncio (a worker
+their own that imports nothing heavy: not aiohttp (its compiled helpers,
+multidict, yarl, frozenlist, refuse interpreters with their own GIL), not
+starlette or uvicorn (anyio would bring in asyncio), not asyncio (a worker
 that imported it aborts CPython 3.12.1 at exit).
 """
 
@@ -25,40 +26,42 @@ def count_primes(stop, start=0):
     return sum(1 for n in range(start, stop) if _is_prime(n))
 
 
-def line(index, size):
-    """Line ``index`` of a ``/stream`` body: ``size`` bytes, numbered, checkable.
+def chunk(index, size):
+    """Chunk ``index`` of a stream: ``size`` bytes, one line, numbered.
 
-    ``b"<index> "`` (8 digits), then letters from a small generator seeded
-    by the index, then a newline: a client can check every byte and the order.
+    The line is ``"<index> <digits>\\n"``: a block of 97 pseudo-random
+    digits seeded by the index, repeated to length, so the client can check
+    every byte and the order.
     """
     head = b"%08d " % index
-    x = index * 40503 + 7
-    pattern = bytearray(61)
-    for i in range(61):
-        x = (x * 69069 + 1) & 0xFFFFFFFF
-        pattern[i] = 97 + (x >> 24) % 26
+    x = index * 2654435761 + 1
+    block = bytearray(97)
+    for i in range(97):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        block[i] = 48 + (x >> 16) % 10
     n = size - len(head) - 1
-    return head + (bytes(pattern) * (n // 61 + 1))[:n] + b"\n"
+    return head + (bytes(block) * (n // 97 + 1))[:n] + b"\n"
 
 
-def produce_lines(send, count, size):
-    """Send ``count`` lines into ``send``, then close it; returns how many were sent.
+def produce(send, count, size):
+    """Send ``count`` chunks into ``send``, then close it; returns how many were sent.
 
     ``send_sync`` blocks this worker while the channel is full: the client
     sets the pace (back-pressure). When the client goes away (or the server
-    shuts down) the app closes the receive end, so the next ``send_sync``
-    raises ``BrokenChannelError`` and the producer stops; if the app cancels
-    this task instead, ``KeyboardInterrupt`` stops it. Either way ``with
-    send`` closes the send end.
+    shuts down), the app closes the channel, so the next ``send_sync``
+    raises ``BrokenChannelError`` (or ``ChannelClosedError``) and the
+    producer stops; if the app cancels this task instead,
+    ``KeyboardInterrupt`` stops it the same way. Either way ``with send``
+    closes the send end.
     """
     sent = 0
     with send:
         try:
             for i in range(count):
-                send.send_sync(line(i, size))
+                send.send_sync(chunk(i, size))
                 sent += 1
         except (BrokenChannelError, ChannelClosedError):
-            pass  # nobody reads any more
+            pass  # nobody reads any more: the client went away, the app closed the channel
     return sent
 
 
@@ -68,7 +71,7 @@ def produce_progress(send, n, step):
     After each block, sends ``(below, primes)``: the primes counted so far
     and the bound they are counted below, which the app turns into one
     server-sent event; returns the count. Back-pressure and stopping work as
-    in ``produce_lines``: a client that leaves stops the computation too.
+    in ``produce``: a client that leaves stops the computation too.
     """
     total = 0
     with send:
