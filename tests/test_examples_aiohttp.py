@@ -15,13 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohelpers import until
 from aiohttp import web
+from httphelpers import free_port, get, get_json
 
 import aiosubinterp
 
@@ -75,12 +75,6 @@ async def serving(ex, handler_cancellation=True, mode="interpreters"):
             yield server, client
     finally:
         await server.stop()
-
-
-async def get_json(client, path, **params):
-    async with client.get(path, params=params) as r:
-        assert r.status == 200, await r.text()
-        return await r.json()
 
 
 async def test_primes_and_ping(ex):
@@ -242,19 +236,8 @@ async def test_shutdown_with_a_stream_in_flight_closes_everything(ex):
         assert [info.is_main for info in aiosubinterp.list_all()] == [True]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=DEADLINE) as r:
-        return r.read()
-
-
 def test_the_script_serves_and_stops_on_ctrl_c():
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(EXAMPLES / "aiohttp_app.py"), "--port", str(port),
          "--workers", "1", "--max-streams", "1"],
@@ -267,9 +250,9 @@ def test_the_script_serves_and_stops_on_ctrl_c():
             if "Running on" in line:
                 break
         base = f"http://127.0.0.1:{port}"
-        assert _get(f"{base}/ping") == b"pong\n"
-        assert _get(f"{base}/primes?n=100") == b'{"n": 100, "primes": 25}'
-        assert _get(f"{base}/stream?count=2&size=20") == _expected_stream(2, 20)
+        assert get(f"{base}/ping") == b"pong\n"
+        assert get(f"{base}/primes?n=100") == b'{"n": 100, "primes": 25}'
+        assert get(f"{base}/stream?count=2&size=20") == _expected_stream(2, 20)
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=DEADLINE)
     finally:

@@ -21,13 +21,13 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
 import uvicorn
 from aiohelpers import until
+from httphelpers import free_port, get, get_json
 
 import aiosubinterp
 
@@ -126,12 +126,6 @@ async def serving(ex, http="httptools"):
             yield served, client
     finally:
         await served.stop()
-
-
-async def get_json(client, path, **params):
-    async with client.get(path, params=params) as r:
-        assert r.status == 200, await r.text()
-        return await r.json()
 
 
 def parse_events(text: str) -> list[dict[str, str]]:
@@ -377,19 +371,8 @@ def test_without_uvloop_or_httptools_it_says_so_and_falls_back(ex, monkeypatch, 
     assert "uvloop is not installed" in out and "httptools is not installed" in out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=DEADLINE) as r:
-        return r.read()
-
-
 def test_the_script_serves_and_stops_on_ctrl_c(ex):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(EXAMPLES / "starlette_app.py"), "--port", str(port),
          "--workers", "1", "--max-streams", "1"],
@@ -402,10 +385,10 @@ def test_the_script_serves_and_stops_on_ctrl_c(ex):
             if "Uvicorn running on" in line:
                 break
         base = f"http://127.0.0.1:{port}"
-        assert _get(f"{base}/ping") == b"pong\n"
-        assert _get(f"{base}/primes?n=100") == b'{"n":100,"primes":25}'
-        assert _get(f"{base}/stream?count=2&size=20") == ex.work.chunk(0, 20) + ex.work.chunk(1, 20)
-        assert [e["event"] for e in parse_events(_get(f"{base}/events?n=10&step=5").decode())] == [
+        assert get(f"{base}/ping") == b"pong\n"
+        assert get(f"{base}/primes?n=100") == b'{"n":100,"primes":25}'
+        assert get(f"{base}/stream?count=2&size=20") == ex.work.chunk(0, 20) + ex.work.chunk(1, 20)
+        assert [e["event"] for e in parse_events(get(f"{base}/events?n=10&step=5").decode())] == [
             "progress", "progress", "result"]
         # A stream in flight when Ctrl-C comes gets its `shutdown` event.
         with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as conn:
