@@ -1,5 +1,6 @@
 # cython: language_level=3
 # cython: subinterpreters_compatible=own_gil
+# cython: freethreading_compatible=True
 """aiosubinterp._core: own-GIL interpreters on OS threads, queues, wakeup fds, data crossing.
 
 This module has no asyncio and makes no policy. It is imported in the main
@@ -75,14 +76,36 @@ def list_interpreter_ids():
 def live_workers():
     """(serial, interpreter id, current task id) of every worker not yet destroyed."""
     cdef WorkerState* w
-    out = []
+    cdef uint64_t* rows = NULL
+    cdef uint64_t* grown
+    cdef Py_ssize_t n = 0
+    cdef Py_ssize_t cap = 0
+    cdef Py_ssize_t i
+    # Copied out as C values first: building tuples under the registry mutex
+    # could start a garbage collection, whose finalizers (Worker.__dealloc__)
+    # take the same mutex, and which on a free-threaded build stops every
+    # thread of main, one of which may be waiting for this mutex attached.
     asi_registry_lock()
     w = <WorkerState*>asi_live_head
     while w != NULL:
-        out.append((w.serial, w.interp_id, w.current_tid))
+        if n == cap:
+            cap = cap * 2 if cap else 16
+            grown = <uint64_t*>realloc(rows, cap * 3 * sizeof(uint64_t))
+            if grown == NULL:
+                asi_registry_unlock()
+                free(rows)
+                raise_no_memory()
+            rows = grown
+        rows[3 * n] = w.serial
+        rows[3 * n + 1] = <uint64_t>w.interp_id
+        rows[3 * n + 2] = w.current_tid
+        n += 1
         w = w.next_live
     asi_registry_unlock()
-    return out
+    try:
+        return [(rows[3 * i], <long long>rows[3 * i + 1], rows[3 * i + 2]) for i in range(n)]
+    finally:
+        free(rows)
 
 
 if PyInterpreterState_Get() == PyInterpreterState_Main():

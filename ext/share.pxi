@@ -505,7 +505,7 @@ cdef class SharedLock:
         pthread_mutex_unlock(&m.mu)
 
     def locked(self):
-        return bool(self.m.locked)
+        return bool(asi_load_int(&self.m.locked))
 
     def __enter__(self):
         self.acquire()

@@ -114,6 +114,11 @@ static inline int asi_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, d
  * (an idle vCPU takes tens of microseconds to wake). */
 static inline void *asi_load_ptr(void *const *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline int asi_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+/* Free threading: a state change that several threads of one interpreter
+ * may attempt at once (ext/_core.pyx, "Free threading"). */
+static inline int asi_cas_int(int *p, int expected, int desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 static inline void asi_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

@@ -52,5 +52,6 @@ cdef extern from "compat.h" nogil:
     double asi_monotonic()
     void* asi_load_ptr(void* const* p)
     int asi_load_int(const int* p)
+    bint asi_cas_int(int* p, int expected, int desired)
     void asi_cpu_relax()
     int asi_cond_wait_until(pthread_cond_t*, pthread_mutex_t*, double deadline)
