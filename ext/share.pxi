@@ -312,18 +312,23 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
     # PyObject_GetBuffer may have run Python code (a __buffer__ method) and
     # let other threads of this interpreter run: the worker thread may have
     # left its job loop and freed the owner (owner_kill) meanwhile. Read the
-    # owner again; from here to the reference taken below no Python code
-    # runs, so the GIL is not released and the owner cannot go away.
+    # owner again, under asi_share_mu: the worker clears its address under
+    # that mutex before owner_kill, so an owner read here is alive until the
+    # reference taken with it. (With a GIL, no Python code running between
+    # the read and the reference was enough; on a free-threaded build other
+    # threads of this interpreter run meanwhile.) The read is a module
+    # global lookup: it makes no object, so no collection can start here.
+    pthread_mutex_lock(&asi_share_mu)
     o = current_owner()
+    if o != NULL:
+        o.refs += 1
+        asi_share_live += 1
+    pthread_mutex_unlock(&asi_share_mu)
     if o == NULL:
         PyBuffer_Release(&rec.view)
         free(rec)
         return 0
     rec.owner = o
-    pthread_mutex_lock(&asi_share_mu)
-    o.refs += 1
-    asi_share_live += 1
-    pthread_mutex_unlock(&asi_share_mu)
     try:
         encode_rec_ref(b, rec, 0, rec.len, not writable)
     except BaseException:
@@ -700,11 +705,14 @@ def share(obj, *, bint writable=False):
 
 def share_stats():
     """Counters for tests: (records alive, records orphaned by a dead owner, shared blocks alive)."""
+    cdef Py_ssize_t live, orphans, mem
     share_drain(current_owner())
     pthread_mutex_lock(&asi_share_mu)
-    out = (asi_share_live, asi_share_orphans, asi_shared_mem_live)
+    live = asi_share_live
+    orphans = asi_share_orphans
+    mem = asi_shared_mem_live
     pthread_mutex_unlock(&asi_share_mu)
-    return out
+    return (live, orphans, mem)
 
 
 # -- dropping a blob that will never be decoded ----------------------------------

@@ -154,6 +154,21 @@ cdef class Hub:
         if h != NULL:
             hub_release(h)
 
+    cdef HubState* acquire(self) except NULL:
+        """The hub with one more reference (the caller drops it with hub_decref).
+
+        In the object's critical section (a no-op with a GIL), as close()
+        takes the pointer: a close() on another thread either comes first
+        (this raises) or leaves the reference to this caller.
+        """
+        cdef HubState* h
+        with cython.critical_section(self):
+            h = self.state()
+            pthread_mutex_lock(&h.mu)
+            h.refs += 1
+            pthread_mutex_unlock(&h.mu)
+        return h
+
     cdef HubState* state(self) except NULL:
         if self.h == NULL:
             raise_closed("this event loop's completion hub")
@@ -191,15 +206,10 @@ cdef class Hub:
         The value is decoded here, in the calling interpreter. A value that
         cannot be decoded gives status DONE_LOCAL_ERROR and the exception.
         """
-        cdef HubState* h
         # A reference for the drain: decoding runs Python code, and a close()
         # from another thread meanwhile (a misuse, but on a free-threaded
         # build nothing else serialises the two) must not free h.
-        with cython.critical_section(self):
-            h = self.state()
-            pthread_mutex_lock(&h.mu)
-            h.refs += 1
-            pthread_mutex_unlock(&h.mu)
+        cdef HubState* h = self.acquire()
         try:
             return self._drain(h)
         finally:

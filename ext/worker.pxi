@@ -781,7 +781,13 @@ def _worker_main(Py_ssize_t handle):
         pthread_mutex_lock(&w.q.mu)
         w.share_owner = NULL
         pthread_mutex_unlock(&w.q.mu)
+        # Under asi_share_mu: encode_share on another thread of this
+        # interpreter reads the address and takes its reference under it
+        # (share.pxi). Storing 0 replaces an int: no object is made, none
+        # with a finalizer is freed.
+        pthread_mutex_lock(&asi_share_mu)
         _share_owner_addr = 0
+        pthread_mutex_unlock(&asi_share_mu)
         owner_kill(owner)
 
 

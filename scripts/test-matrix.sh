@@ -6,6 +6,13 @@
 #            the oldest patches supported)
 #   chroot:  3.13 (latest patch), 3.14 and 3.15 from Debian unstable, in the
 #            root scripts/pythons.sh provisions (needs root and apt/debootstrap)
+#   3.13t:   the free-threaded build (PEP 703), here: found by find-python.sh,
+#            else built once by scripts/build-ft.sh from Debian's source
+#            package into ~/.cache/aiosubinterp/py3.13t (on a fresh machine
+#            `make test` spends 5-8 min on it: nice make -j2, no PGO/LTO;
+#            afterwards it is cached). Skipped, with the reason, only where it
+#            cannot be built at all (no C compiler, make or apt-get); a build
+#            that fails is a failure like any other.
 #
 # Every run goes on after a failure; the summary lists each Python, where it
 # ran, its patch and the verdict. A supported minor version that ran nowhere
@@ -14,13 +21,15 @@
 #
 # Environment: PYTHON_VERSIONS (default "3.12 3.13 3.14 3.15": the minor
 # versions looked for here), SID_VERSIONS (default "3.13 3.14 3.15"; empty
-# skips the chroot), and the Makefile's PYTEST_ARGS, TEST_WALL_TIMEOUT, ...
+# skips the chroot), FT_VERSIONS (default "3.13t"; empty skips the
+# free-threaded build), and the Makefile's PYTEST_ARGS, TEST_WALL_TIMEOUT, ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 SUPPORTED=(3.12 3.13 3.14 3.15)
 read -r -a HERE <<<"${PYTHON_VERSIONS:-${SUPPORTED[*]}}"
 read -r -a SID <<<"${SID_VERSIONS-3.13 3.14 3.15}"
+read -r -a FT <<<"${FT_VERSIONS-3.13t}"
 MAKE="${MAKE:-make}"
 
 declare -a rows=()
@@ -80,6 +89,30 @@ for v in "${HERE[@]}"; do
     fi
 done
 
+# 1b. The free-threaded build, here (built into the cache if need be: the
+#     Makefile's .deps.stamp runs scripts/build-ft.sh).
+ft_note=""
+for v in "${FT[@]}"; do
+    if py="$(bash scripts/find-python.sh "$v" 2>/dev/null)"; then
+        patch="$(patch_of "$py")t"
+    elif [[ "$v" == 3.13t ]] && bash scripts/build-ft.sh available; then
+        patch="(build)"
+    else
+        ft_note="$v: not found, and scripts/build-ft.sh cannot build it here (it needs a C compiler, make and apt-get)"
+        continue
+    fi
+    echo "=== Python $v (free-threaded) here: ${py:-built by scripts/build-ft.sh} ==="
+    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
+        rc=passed
+    else
+        rc=FAILED
+    fi
+    if [[ "$patch" == "(build)" ]]; then
+        py="$(bash scripts/build-ft.sh path 2>/dev/null)" && patch="$(patch_of "$py")t"
+    fi
+    record "$v" here "$patch" "$rc"
+done
+
 # 2. Today's Pythons in the Debian unstable root.
 sid_note=""
 if [[ ${#SID[@]} -gt 0 ]]; then
@@ -113,6 +146,9 @@ for v in "${SUPPORTED[@]}"; do
         if [[ "${CI:-}" == true ]]; then failed=1; fi
     fi
 done
+if [[ -n "$ft_note" ]]; then
+    echo "free-threaded build skipped: $ft_note"
+fi
 if [[ -n "$sid_note" ]]; then
     echo "chroot skipped: $sid_note; 3.13's latest patch, 3.14 and 3.15 were not tested there"
     if [[ "${CI:-}" == true ]]; then failed=1; fi
