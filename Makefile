@@ -88,7 +88,11 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 # A version ending in "t" (3.13t) is a free-threaded build: found like the
 # others (scripts/find-python.sh), else 3.13t is built once from Debian's
 # source package into ~/.cache/aiosubinterp/py3.13t (scripts/build-ft.sh,
-# 5-8 min on 2 cores; instant afterwards).
+# 5-8 min on 2 cores; instant afterwards). Its packages come with
+# --prefer-binary: fewer projects publish free-threaded (cp313t) wheels, and
+# an older wheel beats a newer sdist that cannot build offline (hypothesis's
+# Rust part fetches crates); uvloop, msgpack, pyyaml and tornado still build
+# from source there (a few minutes, once).
 .venv-%/.deps.stamp: pyproject.toml
 	@if ! .venv-$*/bin/python -c 'import sys, sysconfig; v = "%d.%d" % sys.version_info[:2] + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""); sys.exit(v != "$*")' 2>/dev/null; then \
 	    case "$*" in \
@@ -99,7 +103,7 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 	    "$$py" -m venv --clear .venv-$*; \
 	fi
 	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' '$(EXTRAS)' > .venv-$*/requirements.txt
-	.venv-$*/bin/python -m pip install -r .venv-$*/requirements.txt
+	.venv-$*/bin/python -m pip install $(if $(findstring t,$*),--prefer-binary) -r .venv-$*/requirements.txt
 	@touch $@
 
 # Rewritten only when the build switches differ from the last build's.
