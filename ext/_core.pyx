@@ -61,8 +61,9 @@ C-level statics (the registry of live workers) are shared by the process.
 #   SharedLock state                    share.pxi      m.mu; locked() is an atomic read
 #   exit sweep (_shutdown_all)          worker.pxi     the locks above; its worker list
 #                                                       and task ids are C arrays
-#   list / dict encoded natively        xdata.pxi      the container's critical section
-#                                                       (count and items of one state)
+#   list / dict encoded natively        xdata.pxi      on 3.13t a copy made in one step
+#                                                       under the container's own lock
+#                                                       (PyList_AsTuple, PyDict_Copy)
 #   module-level Python globals         share.pxi      per interpreter; the only one
 #     (_share_owner_addr)                               written is under asi_share_mu
 #   Cython's per-interpreter module     generated      Cython's own locking; setup.py

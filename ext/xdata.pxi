@@ -167,15 +167,20 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
         return buf_put(b, &d, 8)
     if (t is list or t is dict) and depth < MAX_NATIVE_DEPTH:
         # The check, the count and the items must see one state of the
-        # container: with a GIL nothing here lets another thread run; on a
+        # container. With a GIL nothing here lets another thread run. On a
         # free-threaded build another thread may append meanwhile (a count
-        # that disagrees with the items is a corrupt blob), so the container
-        # is locked (a per-object critical section; a no-op with a GIL). Its
-        # native items are leaves: no other container is locked inside.
-        with cython.critical_section(obj):
-            if native_only(obj, depth):
-                encode_native_container(b, obj, t is dict, depth)
-                return 0
+        # that disagrees with the items is a corrupt blob), so we encode a
+        # private copy made in one step under the container's own lock
+        # (PyList_AsTuple, PyDict_Copy). Not a critical section of ours
+        # around the loop: on 3.13t reading an item may lock the same list
+        # again (PyList_GetItemRef's slow path), which suspends the outer
+        # section and lets the other thread in (measured: IndexError).
+        snap = obj
+        if ASI_FREE_THREADED:
+            snap = PyList_AsTuple(obj) if t is list else PyDict_Copy(obj)
+        if native_only(snap, depth):
+            encode_native_container(b, snap, t is dict, depth)
+            return 0
     if chan_try_encode_end(b, obj):  # channel.pxi: an end crosses as a handle
         return 0
     if encode_special(b, obj):  # share.pxi: buffers, shared memory, fds
@@ -184,7 +189,8 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
 
 
 cdef int encode_native_container(Buf* b, object obj, bint is_dict, int depth) except -1:
-    """A list or dict that native_only() accepted. Caller holds obj's critical section."""
+    """A dict, or a list (or on a free-threaded build its tuple copy), that
+    native_only() accepted: encoded as a dict or a list."""
     if is_dict:
         buf_tag(b, TAG_DICT)
         buf_i64(b, len(<dict>obj))
@@ -193,8 +199,8 @@ cdef int encode_native_container(Buf* b, object obj, bint is_dict, int depth) ex
             encode_obj(b, item, depth + 1)
         return 0
     buf_tag(b, TAG_LIST)
-    buf_i64(b, len(<list>obj))
-    for item in <list>obj:
+    buf_i64(b, len(obj))
+    for item in obj:
         encode_obj(b, item, depth + 1)
     return 0
 

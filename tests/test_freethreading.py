@@ -213,7 +213,8 @@ def test_hub_close_from_two_threads_at_once():
 def test_native_list_encoding_sees_one_state_while_another_thread_appends():
     # A list that another thread grows while it is submitted: the worker gets
     # some prefix of it, well formed (never a count that disagrees with the
-    # items, which would be a corrupt blob).
+    # items, which would be a corrupt blob). On 3.13t, before the copy in
+    # xdata.pxi, this raised IndexError in a few of 300 encodings.
     data = list(range(1000))
     stop = threading.Event()
 

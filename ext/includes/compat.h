@@ -40,6 +40,15 @@ static inline int asi_pipe(int fds[2]) {
     return 0;
 }
 
+/* 1 on a free-threaded build (PEP 703, "3.13t"): the threads of one
+ * interpreter run at once, with no GIL between them. */
+#include "pyconfig.h"
+#ifdef Py_GIL_DISABLED
+#define ASI_FREE_THREADED 1
+#else
+#define ASI_FREE_THREADED 0
+#endif
+
 /* Registry of live workers, shared by every interpreter of the process. */
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
