@@ -1,9 +1,10 @@
 # Thin wrappers around venvs, pip, setuptools and pytest.
 #
 #   make test       the whole suite on every supported CPython: those found
-#                   here (pyenv's 3.12 and 3.13), then 3.13's latest patch,
-#                   3.14 and 3.15 in a Debian unstable root that
-#                   scripts/pythons.sh provisions (scripts/test-matrix.sh)
+#                   here (pyenv's 3.12 and 3.13), the free-threaded 3.13t
+#                   (built once by scripts/build-ft.sh if not found), then
+#                   3.13's latest patch, 3.14 and 3.15 in a Debian unstable
+#                   root that scripts/pythons.sh provisions (scripts/test-matrix.sh)
 #   make test-here  the suite on $(PYTHON_VERSIONS) found here, nothing else
 #   make demo       run `python -m aiosubinterp demo` on 3.13: the FPS table,
 #                   and (Pillow, the demo extra) a PNG and a GIF in ./aiosubinterp-demo/
