@@ -308,10 +308,13 @@ class Lifecycle:
             self._interrupt_running()
             raise
 
-    def __del__(self) -> None:
+    # warnings.warn bound at definition: at interpreter exit module globals
+    # may already be None when this runs (seen on the free-threaded 3.13t,
+    # whose finalization collects an unclosed pool later than a GIL build).
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         state = getattr(self, "_state", "closed")
         if state not in ("closed", "closing", "new"):
-            warnings.warn(
+            _warn(
                 f"unclosed {self!r}: close it (async with, or await aclose()) to stop its "
                 f"{self._unit}s; {self._on_exit_without_close}",
                 ResourceWarning,
