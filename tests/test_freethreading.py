@@ -164,7 +164,7 @@ def test_many_threads_share_pools_channels_and_hubs():
     def guarded(fn, *args):
         try:
             asyncio.run(fn(*args))
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
     t0 = time.monotonic()
