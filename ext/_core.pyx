@@ -54,9 +54,11 @@ C-level statics (the registry of live workers) are shared by the process.
 #                                                       contract, as with a GIL)
 #   hub pointer of a channel op         channel.pxi    read on the loop thread, which is
 #                                                       the one that closes that loop's hub
-#   share records, owners, pending      share.pxi      asi_share_mu; a worker's owner
-#     releases, counters, SharedMem                     address is cleared and read (with
-#     refs                                              its reference) under it too
+#   share records, owners, pending      share.pxi      asi_share_mu; a worker's owner stays
+#     releases, counters, SharedMem                     allocated until its interpreter is
+#     refs                                              destroyed (a reference held by the
+#                                                       WorkerState), so a thread that read
+#                                                       its address before the kill is safe
 #   main's owner                        share.pxi      static storage, never freed
 #   SharedLock state                    share.pxi      m.mu; locked() is an atomic read
 #   exit sweep (_shutdown_all)          worker.pxi     the locks above; its worker list
@@ -65,7 +67,8 @@ C-level statics (the registry of live workers) are shared by the process.
 #                                                       under the container's own lock
 #                                                       (PyList_AsTuple, PyDict_Copy)
 #   module-level Python globals         share.pxi      per interpreter; the only one
-#     (_share_owner_addr)                               written is under asi_share_mu
+#     (_share_owner_addr)                               written (by the worker thread) is
+#                                                       covered by the row above
 #   Cython's per-interpreter module     generated      Cython's own locking; setup.py
 #     state table                                       adds the bounds check it lacks
 #
@@ -76,10 +79,13 @@ C-level statics (the registry of live workers) are shared by the process.
 # free-threaded collector does); that is harmless because no holder ever
 # waits for main: while holding these mutexes nothing calls Python code,
 # attaches a thread state, or makes or frees an object the collector tracks
-# or that has a finalizer (only ints are made, by worker-side functions, and
-# _share_owner_addr's int is replaced), so no collection, finalizer or
-# stop-the-world request starts inside; every long wait on them happens with
-# the thread state released (`with nogil`).
+# or that has a finalizer (only ints are made, by worker-side functions), so
+# no collection, finalizer or stop-the-world request starts inside; every
+# long wait on them happens with the thread state released (`with nogil`).
+# One CPython 3.13t limit no lock of ours can fix: importing an extension
+# module stops the world of EVERY interpreter (_PyEval_EnableGILTransient),
+# so while a worker sits in C code that never reaches an eval breaker,
+# main's next extension import waits for it (tests/test_review_core.py).
 # live_workers(), ChannelEnd._stats() and share_stats() copy C values out
 # and build their tuples after the unlock for that reason (with a GIL, a
 # collection started inside could run a finalizer that takes the same mutex).

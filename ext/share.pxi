@@ -311,23 +311,21 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
     rec.refs = 1
     # PyObject_GetBuffer may have run Python code (a __buffer__ method) and
     # let other threads of this interpreter run: the worker thread may have
-    # left its job loop and freed the owner (owner_kill) meanwhile. Read the
-    # owner again, under asi_share_mu: the worker clears its address under
-    # that mutex before owner_kill, so an owner read here is alive until the
-    # reference taken with it. (With a GIL, no Python code running between
-    # the read and the reference was enough; on a free-threaded build other
-    # threads of this interpreter run meanwhile.) The read is a module
-    # global lookup: it makes no object, so no collection can start here.
-    pthread_mutex_lock(&asi_share_mu)
+    # left its job loop and killed the owner (owner_kill) meanwhile. Read the
+    # owner again. On a free-threaded build the kill may also come between
+    # this read and the reference below; the owner stays allocated anyway
+    # (the worker's record holds a reference until the interpreter is
+    # destroyed, worker_close), and a record of a dead owner is never
+    # released, as documented above.
     o = current_owner()
-    if o != NULL:
-        o.refs += 1
-        asi_share_live += 1
-    pthread_mutex_unlock(&asi_share_mu)
     if o == NULL:
         PyBuffer_Release(&rec.view)
         free(rec)
         return 0
+    pthread_mutex_lock(&asi_share_mu)
+    o.refs += 1
+    asi_share_live += 1
+    pthread_mutex_unlock(&asi_share_mu)
     rec.owner = o
     try:
         encode_rec_ref(b, rec, 0, rec.len, not writable)

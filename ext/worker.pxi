@@ -153,6 +153,8 @@ cdef struct WorkerState:
     Py_ssize_t error_size
     char* error_text          # start failed before setup could report
     void* share_owner         # ShareOwner* of the interpreter while its job loop runs
+    void* share_owner_hold    # the same, one reference held until the interpreter is
+                              # destroyed: any of its threads may still read the address
 
 
 # The registry of live workers is process-wide: its head and the serial
@@ -765,9 +767,18 @@ def _worker_main(Py_ssize_t handle):
         worker_set_state(w, W_FAILED)
         return
     owner = owner_new(w.q)
+    # A reference for the worker's record, dropped by worker_close once the
+    # interpreter is destroyed: until then another thread of this interpreter
+    # may have read _share_owner_addr (encode_share) and must find the owner
+    # allocated even after owner_kill (with a GIL that thread could not run
+    # between the read and its reference; on a free-threaded build it can).
+    pthread_mutex_lock(&asi_share_mu)
+    owner.refs += 1
+    pthread_mutex_unlock(&asi_share_mu)
     _share_owner_addr = <Py_ssize_t>owner
     pthread_mutex_lock(&w.q.mu)
     w.share_owner = owner
+    w.share_owner_hold = owner
     pthread_mutex_unlock(&w.q.mu)
     worker_set_state(w, W_READY)
     try:
@@ -781,13 +792,7 @@ def _worker_main(Py_ssize_t handle):
         pthread_mutex_lock(&w.q.mu)
         w.share_owner = NULL
         pthread_mutex_unlock(&w.q.mu)
-        # Under asi_share_mu: encode_share on another thread of this
-        # interpreter reads the address and takes its reference under it
-        # (share.pxi). Storing 0 replaces an int: no object is made, none
-        # with a finalizer is freed.
-        pthread_mutex_lock(&asi_share_mu)
         _share_owner_addr = 0
-        pthread_mutex_unlock(&asi_share_mu)
         owner_kill(owner)
 
 
@@ -1152,6 +1157,12 @@ cdef void worker_close(WorkerState* w, bint drain) noexcept:
         return
     queue_detach_worker(w)
     interp_end(w)
+    if w.share_owner_hold != NULL:
+        # No thread of the interpreter is left to read its owner's address.
+        pthread_mutex_lock(&asi_share_mu)
+        owner_decref_locked(<ShareOwner*>w.share_owner_hold)
+        pthread_mutex_unlock(&asi_share_mu)
+        w.share_owner_hold = NULL
     registry_unlink(w)
     pthread_mutex_lock(&w.q.mu)
     w.closed = 1
