@@ -35,16 +35,18 @@ FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 needs_a_gil_to_hold = pytest.mark.skipif(
     FREE_THREADED, reason="free-threaded build: no GIL for the worker to hold, so the "
     "interruption is delivered at once; this test's premise does not exist there")
-# On 3.13t CPython stops EVERY interpreter's threads to import an extension
-# module in main (_imp_create_dynamic -> _PyEval_EnableGILTransient ->
-# _PyEval_StopTheWorldAll); a worker in C code that never reaches an eval
-# breaker (sum() over an endless iterator) never stops, so main's next
-# extension import (here _pickle, to describe the cancellation) hangs until
-# the C call returns. Seen with gdb on 3.13.15t; a CPython limitation.
+# On 3.13t CPython stops EVERY interpreter's threads for some operations in
+# main, e.g. importing an extension module (_imp_create_dynamic ->
+# _PyEval_EnableGILTransient -> _PyEval_StopTheWorldAll, seen with gdb on
+# 3.13.15t); a worker in C code that never reaches an eval breaker never
+# stops, so main waits until the C call returns. The pool imports _pickle
+# before its first task there (lifecycle.py), which fixed the exit sweep
+# (test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70 passes on 3.13t);
+# the replacement below still hangs there, at a stop not yet identified.
 stuck_in_c_blocks_imports = pytest.mark.skipif(
-    FREE_THREADED, reason="free-threaded 3.13: an extension import in main stops the world of "
-    "every interpreter and waits forever for a worker stuck in C (CPython's "
-    "_PyEval_EnableGILTransient); the process hangs instead of replacing the worker")
+    FREE_THREADED, reason="free-threaded 3.13: a stop of every interpreter's threads in main "
+    "(as CPython does to import an extension module) waits forever for a worker stuck in "
+    "C; the process hangs instead of replacing the worker")
 
 
 def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
@@ -75,7 +77,6 @@ async def read_byte(fd: int) -> bytes:
 
 # -- 7: a worker that keeps its GIL in C ------------------------------------------
 
-@stuck_in_c_blocks_imports
 def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
     # The exit sweep interrupts the task; the interruption cannot get the
     # worker's GIL (sum() in C never yields it). The sweep must not wait for
