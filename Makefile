@@ -1,9 +1,10 @@
 # Thin wrappers around venvs, pip, setuptools and pytest.
 #
 #   make test       the whole suite on every supported CPython: those found
-#                   here (pyenv's 3.12 and 3.13), then 3.13's latest patch,
-#                   3.14 and 3.15 in a Debian unstable root that
-#                   scripts/pythons.sh provisions (scripts/test-matrix.sh)
+#                   here (pyenv's 3.12 and 3.13), the free-threaded 3.13t
+#                   (built once by scripts/build-ft.sh if not found), then
+#                   3.13's latest patch, 3.14 and 3.15 in a Debian unstable
+#                   root that scripts/pythons.sh provisions (scripts/test-matrix.sh)
 #   make test-here  the suite on $(PYTHON_VERSIONS) found here, nothing else
 #   make demo       run `python -m aiosubinterp demo` on 3.13: the FPS table,
 #                   and (Pillow, the demo extra) a PNG and a GIF in ./aiosubinterp-demo/
@@ -17,7 +18,8 @@
 #
 # Variables: PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
 # PYTHON_VERSIONS (here: default "3.13 3.12"; for `make test`, the minor
-# versions looked for here, default all supported), SID_VERSIONS (`make
+# versions looked for here, default all supported; "3.13t" names the
+# free-threaded build, see .deps.stamp below), SID_VERSIONS (`make
 # test` in the Debian root, default "3.13 3.14 3.15", empty for none),
 # TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), and setup.py's
 # AIOSUBINTERP_DEBUG=1 / AIOSUBINTERP_SANITIZE=address (a change of either
@@ -83,14 +85,26 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 # version), then install every third-party package the project names in
 # pyproject.toml: build requirements, dependencies and the $(EXTRAS) extras.
 # The project itself is installed by .ext.stamp.
+#
+# A version ending in "t" (3.13t) is a free-threaded build: found like the
+# others (scripts/find-python.sh), else 3.13t is built once from Debian's
+# source package into ~/.cache/aiosubinterp/py3.13t (scripts/build-ft.sh,
+# 5-8 min on 2 cores; instant afterwards). Its packages come with
+# --prefer-binary: fewer projects publish free-threaded (cp313t) wheels, and
+# an older wheel beats a newer sdist that cannot build offline (hypothesis's
+# Rust part fetches crates); uvloop, msgpack, pyyaml and tornado still build
+# from source there (a few minutes, once).
 .venv-%/.deps.stamp: pyproject.toml
-	@if ! .venv-$*/bin/python -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$*")' 2>/dev/null; then \
-	    py="$$(bash scripts/find-python.sh $*)"; \
+	@if ! .venv-$*/bin/python -c 'import sys, sysconfig; v = "%d.%d" % sys.version_info[:2] + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""); sys.exit(v != "$*")' 2>/dev/null; then \
+	    case "$*" in \
+	        3.13t) py="$$(bash scripts/find-python.sh $* 2>/dev/null)" || py="$$(bash scripts/build-ft.sh build)";; \
+	        *) py="$$(bash scripts/find-python.sh $*)";; \
+	    esac; \
 	    echo "creating .venv-$* with $$py ($$("$$py" -V))"; \
 	    "$$py" -m venv --clear .venv-$*; \
 	fi
 	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' '$(EXTRAS)' > .venv-$*/requirements.txt
-	.venv-$*/bin/python -m pip install -r .venv-$*/requirements.txt
+	.venv-$*/bin/python -m pip install $(if $(findstring t,$*),--prefer-binary) -r .venv-$*/requirements.txt
 	@touch $@
 
 # Rewritten only when the build switches differ from the last build's.

@@ -112,7 +112,10 @@ ext_modules = cythonize(
     compiler_directives={
         "language_level": 3,
         "subinterpreters_compatible": "own_gil",
-        "freethreading_compatible": False,
+        # Py_mod_gil = Py_MOD_GIL_NOT_USED on free-threaded builds (ignored
+        # elsewhere): importing _core must not turn the GIL back on. What
+        # makes that true is listed in ext/_core.pyx, "Free threading".
+        "freethreading_compatible": True,
         "embedsignature": True,
     },
 )

@@ -1,11 +1,98 @@
 # cython: language_level=3
 # cython: subinterpreters_compatible=own_gil
+# cython: freethreading_compatible=True
 """aiosubinterp._core: own-GIL interpreters on OS threads, queues, wakeup fds, data crossing.
 
 This module has no asyncio and makes no policy. It is imported in the main
 interpreter and in every worker interpreter (each gets its own module state);
 C-level statics (the registry of live workers) are shared by the process.
 """
+
+# == Free threading (PEP 703; issue 16) ==
+#
+# The module declares Py_mod_gil = Py_MOD_GIL_NOT_USED (the directive above),
+# so importing it on a free-threaded build ("3.13t") leaves the GIL off. There
+# several threads of main run truly in parallel (the event loop, the pool's
+# admin helpers in aiosubinterp/_engine/admin.py, executor callers), and so do
+# threads inside a worker's interpreter. Nothing below may rely on main's GIL
+# to serialise them. Every piece of state such threads share, and what
+# protects it:
+#
+#   state                               where          protection
+#   ----------------------------------  -------------  -------------------------------
+#   job queue: jobs, workers list,      queues.pxi     q.mu (pthread; it was always
+#     settings, counters, closed                        shared with worker threads)
+#   completion hub: list, refs, closed  wakeup.pxi     h.mu
+#   Hub.h (the pointer in the object)   wakeup.pxi     the object's critical section in
+#                                                       close() and acquire(); acquire()
+#                                                       takes a reference with it, so a
+#                                                       close() on another thread cannot
+#                                                       free it under submit() or drain()
+#   WorkerState: job, slots, state,     worker.pxi     q.mu; start() moves W_NEW ->
+#     cancel flags, ops pins                            W_STARTING by compare-and-swap
+#                                                       (two start() calls at once)
+#   worker fields set before start      worker.pxi     none needed: written before the
+#     (serial, interp_id, concurrency)                  thread and the registry see w;
+#                                                       done_tasks and the `state`
+#                                                       property are unlocked reads of
+#                                                       ints (a stale value, never torn)
+#   interrupt: claim + injection        interp.pxi     q.mu around both: attaching to the
+#                                                       worker's interpreter no longer stops
+#                                                       it, so the lock orders the injection
+#                                                       against worker_finish_running (never
+#                                                       an exception in the next job)
+#   registry of live workers, serials,  compat.h       asi_registry_mu
+#     asi_exiting                                       (+ asi_create_rw, below)
+#   creation vs exit sweep              compat.h       asi_create_rw (starts shared on
+#                                                       3.13+, the sweep exclusive)
+#   channels: buffers, handles, ops,    channel.pxi    asi_chan_mu (one for all channels)
+#     tokens, ids, select rotor,
+#     blocking waiters
+#   orphaned ends                       channel.pxi    asi_orphan_mu
+#   ChannelEnd.h / .c                   channel.pxi    set when made, cleared in dealloc
+#   ChannelOp, its `waiter`             channel.pxi    its loop's thread only (documented
+#                                                       contract, as with a GIL)
+#   hub pointer of a channel op         channel.pxi    read on the loop thread, which is
+#                                                       the one that closes that loop's hub
+#   share records, owners, pending      share.pxi      asi_share_mu; a worker's owner stays
+#     releases, counters, SharedMem                     allocated until its interpreter is
+#     refs                                              destroyed (a reference held by the
+#                                                       WorkerState), so a thread that read
+#                                                       its address before the kill is safe
+#   main's owner                        share.pxi      static storage, never freed
+#   SharedLock state                    share.pxi      m.mu; locked() is an atomic read
+#   exit sweep (_shutdown_all)          worker.pxi     the locks above; its worker list
+#                                                       and task ids are C arrays
+#   list / dict encoded natively        xdata.pxi      on 3.13t a copy made in one step
+#                                                       under the container's own lock
+#                                                       (PyList_AsTuple, PyDict_Copy)
+#   module-level Python globals         share.pxi      per interpreter; the only one
+#     (_share_owner_addr)                               written (by the worker thread) is
+#                                                       covered by the row above
+#   Cython's per-interpreter module     generated      Cython's own locking; setup.py
+#     state table                                       adds the bounds check it lacks
+#
+# Locks stay pthread mutexes, not PyMutex: each is shared by several
+# interpreters and by threads with no thread state, which PyMutex serves too,
+# but they predate it and the rule below makes them safe. A thread attached to
+# main that blocks on one of them keeps main from stopping the world (the
+# free-threaded collector does); that is harmless because no holder ever
+# waits for main: while holding these mutexes nothing calls Python code,
+# attaches a thread state, or makes or frees an object the collector tracks
+# or that has a finalizer (only ints are made, by worker-side functions), so
+# no collection, finalizer or stop-the-world request starts inside; every
+# long wait on them happens with the thread state released (`with nogil`).
+# One CPython 3.13t limit no lock of ours can fix: importing an extension
+# module stops the world of EVERY interpreter (_PyEval_EnableGILTransient),
+# so while a worker sits in C code that never reaches an eval breaker,
+# main's next extension import waits for it (tests/test_review_core.py).
+# live_workers(), ChannelEnd._stats() and share_stats() copy C values out
+# and build their tuples after the unlock for that reason (with a GIL, a
+# collection started inside could run a finalizer that takes the same mutex).
+# Ordinary Python-object state (the pools, hubs and futures of
+# aiosubinterp/_engine) is pure Python, whose objects CPython makes safe
+# under free threading; it never relied on the GIL for atomicity across
+# bytecodes either.
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
@@ -75,14 +162,36 @@ def list_interpreter_ids():
 def live_workers():
     """(serial, interpreter id, current task id) of every worker not yet destroyed."""
     cdef WorkerState* w
-    out = []
+    cdef uint64_t* rows = NULL
+    cdef uint64_t* grown
+    cdef Py_ssize_t n = 0
+    cdef Py_ssize_t cap = 0
+    cdef Py_ssize_t i
+    # Copied out as C values first: building tuples under the registry mutex
+    # could start a garbage collection, whose finalizers (Worker.__dealloc__)
+    # take the same mutex, and which on a free-threaded build stops every
+    # thread of main, one of which may be waiting for this mutex attached.
     asi_registry_lock()
     w = <WorkerState*>asi_live_head
     while w != NULL:
-        out.append((w.serial, w.interp_id, w.current_tid))
+        if n == cap:
+            cap = cap * 2 if cap else 16
+            grown = <uint64_t*>realloc(rows, cap * 3 * sizeof(uint64_t))
+            if grown == NULL:
+                asi_registry_unlock()
+                free(rows)
+                raise_no_memory()
+            rows = grown
+        rows[3 * n] = w.serial
+        rows[3 * n + 1] = <uint64_t>w.interp_id
+        rows[3 * n + 2] = w.current_tid
+        n += 1
         w = w.next_live
     asi_registry_unlock()
-    return out
+    try:
+        return [(rows[3 * i], <long long>rows[3 * i + 1], rows[3 * i + 2]) for i in range(n)]
+    finally:
+        free(rows)
 
 
 if PyInterpreterState_Get() == PyInterpreterState_Main():

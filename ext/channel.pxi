@@ -1100,12 +1100,20 @@ cdef class ChannelEnd:
     def _stats(self):
         """(buffered, maxsize, open senders, open receivers, waiting senders, waiting receivers)."""
         cdef ChanState* c
+        cdef Py_ssize_t s[6]
         self.check()
         c = self.c
+        # C values under the lock, Python objects after it (a collection
+        # started by an allocation must not run with asi_chan_mu held).
         pthread_mutex_lock(&asi_chan_mu)
-        out = (c.count, c.maxsize, c.senders, c.receivers, c.n_swait, c.n_rwait)
+        s[0] = c.count
+        s[1] = c.maxsize
+        s[2] = c.senders
+        s[3] = c.receivers
+        s[4] = c.n_swait
+        s[5] = c.n_rwait
         chan_unlock()
-        return out
+        return (s[0], s[1], s[2], s[3], s[4], s[5])
 
     def __reduce__(self):
         # A plain pickle would have to carry a raw address (loaded twice, or in

@@ -112,17 +112,24 @@ cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
     # job may have started a coroutine on the worker's loop (wake_fd set, or
     # a session slot), where an injected exception would land in the loop's
     # own code, or never fire while the loop sleeps in epoll.
+    #
+    # The injection happens under q.mu, so it is ordered against
+    # worker_finish_running (which clears current_tid under q.mu, then drops
+    # an injected exception that did not fire): either it lands in the task
+    # or is cleared unraised, never in the next job. With a GIL, holding the
+    # sub GIL already kept the worker still; on a free-threaded build
+    # (Py_GIL_DISABLED) attaching does not stop the worker, and only the
+    # lock orders the two. SetAsyncExc takes CPython's runtime head lock and
+    # stops no world; chan_interrupt_thread takes asi_chan_mu, and no path
+    # takes q.mu while holding asi_chan_mu.
     pthread_mutex_lock(&w.q.mu)
     claim = worker_claim_interrupt(w, tid, True)
-    pthread_mutex_unlock(&w.q.mu)
     if claim == CLAIM_INJECT:
-        # Holding the sub GIL, the worker cannot be between "task done" and
-        # "current_tid cleared" (that stretch runs no bytecode, so it never
-        # yields): the exception lands in the task, or is cleared unraised.
         PyThreadState_SetAsyncExc(w.ident, PyExc_KeyboardInterrupt)
         # A task blocked in a channel's send_sync/recv_sync sits in C: wake it
         # so it returns to bytecode, where the exception fires (channel.pxi).
         chan_interrupt_thread(w.ident)
+    pthread_mutex_unlock(&w.q.mu)
     PyThreadState_Clear(ts)
     # GIL: sub -> none
     PyThreadState_DeleteCurrent()

@@ -203,14 +203,13 @@ cdef class Queue:
         """Encode payload here (the sender's interpreter) and queue it as job tid."""
         cdef Buf b
         cdef Job* job
-        cdef HubState* h = hub.state()
         # The job's hub reference, taken before anything that can run Python
         # code (pickling, a __del__ during share_drain): that code may release
         # the GIL, and another thread may close the hub meanwhile (executor
-        # shutdown). Without it, h could be freed under us.
-        pthread_mutex_lock(&h.mu)
-        h.refs += 1
-        pthread_mutex_unlock(&h.mu)
+        # shutdown). Without it, h could be freed under us. Taken together
+        # with the pointer (Hub.acquire): on a free-threaded build the close
+        # may also come between the two.
+        cdef HubState* h = hub.acquire()
         b.data = NULL
         b.size = 0
         b.cap = 0

@@ -311,19 +311,22 @@ cdef int encode_share(Buf* b, object obj, bint writable) except -1:
     rec.refs = 1
     # PyObject_GetBuffer may have run Python code (a __buffer__ method) and
     # let other threads of this interpreter run: the worker thread may have
-    # left its job loop and freed the owner (owner_kill) meanwhile. Read the
-    # owner again; from here to the reference taken below no Python code
-    # runs, so the GIL is not released and the owner cannot go away.
+    # left its job loop and killed the owner (owner_kill) meanwhile. Read the
+    # owner again. On a free-threaded build the kill may also come between
+    # this read and the reference below; the owner stays allocated anyway
+    # (the worker's record holds a reference until the interpreter is
+    # destroyed, worker_close), and a record of a dead owner is never
+    # released, as documented above.
     o = current_owner()
     if o == NULL:
         PyBuffer_Release(&rec.view)
         free(rec)
         return 0
-    rec.owner = o
     pthread_mutex_lock(&asi_share_mu)
     o.refs += 1
     asi_share_live += 1
     pthread_mutex_unlock(&asi_share_mu)
+    rec.owner = o
     try:
         encode_rec_ref(b, rec, 0, rec.len, not writable)
     except BaseException:
@@ -505,7 +508,7 @@ cdef class SharedLock:
         pthread_mutex_unlock(&m.mu)
 
     def locked(self):
-        return bool(self.m.locked)
+        return bool(asi_load_int(&self.m.locked))
 
     def __enter__(self):
         self.acquire()
@@ -700,11 +703,14 @@ def share(obj, *, bint writable=False):
 
 def share_stats():
     """Counters for tests: (records alive, records orphaned by a dead owner, shared blocks alive)."""
+    cdef Py_ssize_t live, orphans, mem
     share_drain(current_owner())
     pthread_mutex_lock(&asi_share_mu)
-    out = (asi_share_live, asi_share_orphans, asi_shared_mem_live)
+    live = asi_share_live
+    orphans = asi_share_orphans
+    mem = asi_shared_mem_live
     pthread_mutex_unlock(&asi_share_mu)
-    return out
+    return (live, orphans, mem)
 
 
 # -- dropping a blob that will never be decoded ----------------------------------

@@ -103,6 +103,19 @@ cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t
     return 0
 
 
+cdef void hub_release(HubState* h) noexcept nogil:
+    """The loop side lets go of h: pending and later completions are dropped."""
+    cdef Completion* left
+    pthread_mutex_lock(&h.mu)
+    h.closed = 1
+    left = h.head
+    h.head = NULL
+    h.tail = NULL
+    pthread_mutex_unlock(&h.mu)
+    completions_free(left)  # outside h.mu: dropping a share may take other locks
+    hub_decref(h)
+
+
 cdef class Hub:
     """Completion hub of one event loop: a wakeup fd plus a list of finished jobs.
 
@@ -136,21 +149,25 @@ cdef class Hub:
         self.h = h
 
     def __dealloc__(self):
-        if self.h != NULL:
-            self._close()
-
-    cdef void _close(self) noexcept:
         cdef HubState* h = self.h
-        cdef Completion* left
         self.h = NULL
-        pthread_mutex_lock(&h.mu)
-        h.closed = 1
-        left = h.head
-        h.head = NULL
-        h.tail = NULL
-        pthread_mutex_unlock(&h.mu)
-        completions_free(left)  # outside h.mu: dropping a share may take other locks
-        hub_decref(h)
+        if h != NULL:
+            hub_release(h)
+
+    cdef HubState* acquire(self) except NULL:
+        """The hub with one more reference (the caller drops it with hub_decref).
+
+        In the object's critical section (a no-op with a GIL), as close()
+        takes the pointer: a close() on another thread either comes first
+        (this raises) or leaves the reference to this caller.
+        """
+        cdef HubState* h
+        with cython.critical_section(self):
+            h = self.state()
+            pthread_mutex_lock(&h.mu)
+            h.refs += 1
+            pthread_mutex_unlock(&h.mu)
+        return h
 
     cdef HubState* state(self) except NULL:
         if self.h == NULL:
@@ -168,8 +185,16 @@ cdef class Hub:
 
     def close(self):
         """Stop receiving: pending and future completions are dropped. Idempotent."""
-        if self.h != NULL:
-            self._close()
+        cdef HubState* h
+        # Taken in the object's critical section (a no-op with a GIL): on a
+        # free-threaded build a close() racing another close() or a drain()
+        # in another thread sees either the hub or NULL, and a drain that got
+        # the hub holds its own reference on it before leaving the section.
+        with cython.critical_section(self):
+            h = self.h
+            self.h = NULL
+        if h != NULL:
+            hub_release(h)
 
     @property
     def closed(self):
@@ -181,7 +206,16 @@ cdef class Hub:
         The value is decoded here, in the calling interpreter. A value that
         cannot be decoded gives status DONE_LOCAL_ERROR and the exception.
         """
-        cdef HubState* h = self.state()
+        # A reference for the drain: decoding runs Python code, and a close()
+        # from another thread meanwhile (a misuse, but on a free-threaded
+        # build nothing else serialises the two) must not free h.
+        cdef HubState* h = self.acquire()
+        try:
+            return self._drain(h)
+        finally:
+            hub_decref(h)
+
+    cdef list _drain(self, HubState* h):
         cdef char sink[256]
         cdef Completion* c
         cdef Completion* nxt

@@ -153,6 +153,8 @@ cdef struct WorkerState:
     Py_ssize_t error_size
     char* error_text          # start failed before setup could report
     void* share_owner         # ShareOwner* of the interpreter while its job loop runs
+    void* share_owner_hold    # the same, one reference held until the interpreter is
+                              # destroyed: any of its threads may still read the address
 
 
 # The registry of live workers is process-wide: its head and the serial
@@ -765,9 +767,18 @@ def _worker_main(Py_ssize_t handle):
         worker_set_state(w, W_FAILED)
         return
     owner = owner_new(w.q)
+    # A reference for the worker's record, dropped by worker_close once the
+    # interpreter is destroyed: until then another thread of this interpreter
+    # may have read _share_owner_addr (encode_share) and must find the owner
+    # allocated even after owner_kill (with a GIL that thread could not run
+    # between the read and its reference; on a free-threaded build it can).
+    pthread_mutex_lock(&asi_share_mu)
+    owner.refs += 1
+    pthread_mutex_unlock(&asi_share_mu)
     _share_owner_addr = <Py_ssize_t>owner
     pthread_mutex_lock(&w.q.mu)
     w.share_owner = owner
+    w.share_owner_hold = owner
     pthread_mutex_unlock(&w.q.mu)
     worker_set_state(w, W_READY)
     try:
@@ -918,9 +929,10 @@ cdef class Worker:
         cdef WorkerState* w = self.w
         cdef pthread_attr_t attr
         cdef int rc
-        if w.state != W_NEW:
+        # Compare-and-swap: two threads calling start() at once (a free-threaded
+        # build runs them in parallel) must not both create an interpreter.
+        if not asi_cas_int(&w.state, W_NEW, W_STARTING):
             raise_wrong_state("aiosubinterp: Worker.start() called twice")
-        w.state = W_STARTING
         # Everything from creating the interpreter to starting its thread
         # happens under the create lock, which the exit sweep takes
         # exclusively: it then sees every interpreter that exists, each with
@@ -1145,6 +1157,12 @@ cdef void worker_close(WorkerState* w, bint drain) noexcept:
         return
     queue_detach_worker(w)
     interp_end(w)
+    if w.share_owner_hold != NULL:
+        # No thread of the interpreter is left to read its owner's address.
+        pthread_mutex_lock(&asi_share_mu)
+        owner_decref_locked(<ShareOwner*>w.share_owner_hold)
+        pthread_mutex_unlock(&asi_share_mu)
+        w.share_owner_hold = NULL
     registry_unlink(w)
     pthread_mutex_lock(&w.q.mu)
     w.closed = 1
@@ -1160,10 +1178,14 @@ def _shutdown_all(double grace=5.0):
     (finalizing with a live interpreter would abort CPython).
     """
     cdef WorkerState* w
-    cdef list states = []
+    cdef WorkerState** states = NULL
+    cdef WorkerState** grown
+    cdef Py_ssize_t nstates = 0
+    cdef Py_ssize_t cap = 0
     cdef Py_ssize_t i
     cdef int j
-    cdef uint64_t tid
+    cdef int ntids
+    cdef uint64_t* tids
     cdef bint ok
     cdef int orphan
     cdef double deadline
@@ -1178,52 +1200,69 @@ def _shutdown_all(double grace=5.0):
     while w != NULL:
         # Pinned: a worker closed meanwhile by a helper thread (retired,
         # replaced) stays allocated until this sweep is done with it.
+        # A C array, not a list: no Python object is made under the
+        # registry mutex (a collection's finalizers take it too).
+        if nstates == cap:
+            cap = cap * 2 if cap else 16
+            grown = <WorkerState**>realloc(states, cap * sizeof(WorkerState*))
+            if grown == NULL:
+                break  # out of memory: the workers not pinned are left to CPython's exit
+            states = grown
         w.pinned += 1
-        states.append(<Py_ssize_t>w)
+        states[nstates] = w
+        nstates += 1
         w = w.next_live
     asi_registry_unlock()
     asi_create_unlock()
-    if not states:
+    if nstates == 0:
+        free(states)
         return 0
-    for i in range(len(states)):
-        w = <WorkerState*><Py_ssize_t>states[i]
+    for i in range(nstates):
+        w = states[i]
         pthread_mutex_lock(&w.q.mu)
         w.q.closed = 1
         w.stop = 1
         pthread_cond_broadcast(&w.q.cv)
         worker_poke(w)
         pthread_mutex_unlock(&w.q.mu)
-    for i in range(len(states)):
-        w = <WorkerState*><Py_ssize_t>states[i]
+    for i in range(nstates):
+        w = states[i]
         if worker_wait_exited(w, 0.05):
             continue
-        tids = []
+        # Task ids copied into C memory: no Python object is made under q.mu.
+        tids = <uint64_t*>calloc(w.concurrency + 1, sizeof(uint64_t))
+        if tids == NULL:
+            continue  # not interrupted: the grace period still bounds the exit
+        ntids = 0
         pthread_mutex_lock(&w.q.mu)
         ok = not (w.closing or w.exited or w.state != W_READY)
         if ok:
             if w.current_tid != 0:
-                tids.append(w.current_tid)
+                tids[ntids] = w.current_tid
+                ntids += 1
             if w.in_session:
                 for j in range(w.concurrency):
                     if w.slots[j] != NULL:
-                        tids.append(w.slots[j].tid)
-            ok = len(tids) > 0
+                        tids[ntids] = w.slots[j].tid
+                        ntids += 1
+            ok = ntids > 0
         if ok:
             w.ops += 1
         pthread_mutex_unlock(&w.q.mu)
         if ok:
-            for tid in tids:
+            for j in range(ntids):
                 # Not waited for: a worker stuck in C keeps its GIL, and the
                 # grace period below covers every worker at once.
                 with nogil:  # GIL: main -> none -> main
-                    worker_interrupt(w, tid, 0.0)
+                    worker_interrupt(w, tids[j], 0.0)
             pthread_mutex_lock(&w.q.mu)
             w.ops -= 1
             pthread_cond_broadcast(&w.q.state_cv)
             pthread_mutex_unlock(&w.q.mu)
+        free(tids)
     deadline = asi_monotonic() + grace
-    for i in range(len(states)):
-        w = <WorkerState*><Py_ssize_t>states[i]
+    for i in range(nstates):
+        w = states[i]
         if not worker_wait_exited(w, max(0.0, deadline - asi_monotonic())):
             import os, sys
             sys.stderr.write(
@@ -1233,8 +1272,8 @@ def _shutdown_all(double grace=5.0):
                 "interpreter.\n")
             sys.stderr.flush()
             os._exit(70)
-    for i in range(len(states)):
-        w = <WorkerState*><Py_ssize_t>states[i]
+    for i in range(nstates):
+        w = states[i]
         worker_close(w, False)
         asi_registry_lock()
         w.pinned -= 1
@@ -1242,4 +1281,5 @@ def _shutdown_all(double grace=5.0):
         asi_registry_unlock()
         if orphan:
             worker_free(w)
-    return len(states)
+    free(states)
+    return nstates

@@ -165,24 +165,44 @@ cdef int encode_obj(Buf* b, object obj, int depth) except -1:
         buf_put(b, &d, 8)
         d = PyComplex_ImagAsDouble(obj)
         return buf_put(b, &d, 8)
-    if t is list and depth < MAX_NATIVE_DEPTH and native_only(obj, depth):
-        buf_tag(b, TAG_LIST)
-        buf_i64(b, len(<list>obj))
-        for item in <list>obj:
-            encode_obj(b, item, depth + 1)
+    if (t is list or t is dict) and depth < MAX_NATIVE_DEPTH:
+        # The check, the count and the items must see one state of the
+        # container. With a GIL nothing here lets another thread run. On a
+        # free-threaded build another thread may append meanwhile (a count
+        # that disagrees with the items is a corrupt blob), so we encode a
+        # private copy made in one step under the container's own lock
+        # (PyList_AsTuple, PyDict_Copy). Not a critical section of ours
+        # around the loop: on 3.13t reading an item may lock the same list
+        # again (PyList_GetItemRef's slow path), which suspends the outer
+        # section and lets the other thread in (measured: IndexError).
+        snap = obj
+        if ASI_FREE_THREADED:
+            snap = PyList_AsTuple(obj) if t is list else PyDict_Copy(obj)
+        if native_only(snap, depth):
+            encode_native_container(b, snap, t is dict, depth)
+            return 0
+    if chan_try_encode_end(b, obj):  # channel.pxi: an end crosses as a handle
         return 0
-    if t is dict and depth < MAX_NATIVE_DEPTH and native_only(obj, depth):
+    if encode_special(b, obj):  # share.pxi: buffers, shared memory, fds
+        return 0
+    return encode_pickled(b, obj)
+
+
+cdef int encode_native_container(Buf* b, object obj, bint is_dict, int depth) except -1:
+    """A dict, or a list (or on a free-threaded build its tuple copy), that
+    native_only() accepted: encoded as a dict or a list."""
+    if is_dict:
         buf_tag(b, TAG_DICT)
         buf_i64(b, len(<dict>obj))
         for key, item in (<dict>obj).items():
             encode_obj(b, key, depth + 1)
             encode_obj(b, item, depth + 1)
         return 0
-    if chan_try_encode_end(b, obj):  # channel.pxi: an end crosses as a handle
-        return 0
-    if encode_special(b, obj):  # share.pxi: buffers, shared memory, fds
-        return 0
-    return encode_pickled(b, obj)
+    buf_tag(b, TAG_LIST)
+    buf_i64(b, len(obj))
+    for item in obj:
+        encode_obj(b, item, depth + 1)
+    return 0
 
 
 cdef bint native_only(object obj, int depth) except -1:

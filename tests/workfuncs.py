@@ -1049,3 +1049,9 @@ async def async_initializer(value):
 
 def read_state(key):
     return STATE.get(key)
+
+
+def gil_enabled():
+    """sys._is_gil_enabled() in this interpreter (3.13+; True before)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return True if check is None else check()

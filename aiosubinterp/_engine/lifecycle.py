@@ -30,6 +30,7 @@ import concurrent.futures
 import itertools
 import os
 import sys
+import sysconfig
 import threading
 import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
@@ -41,6 +42,8 @@ from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import BrokenPoolError, PoolClosedError
 from aiosubinterp._inside import marshal as _marshal
+
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))  # PEP 703, "3.13t"
 
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
@@ -178,6 +181,12 @@ class Lifecycle:
                 return
             self._state = "starting"
             self._path = list(sys.path)
+        if _FREE_THREADED and _marshal._pickle is None:
+            # On 3.13t importing an extension module stops the threads of
+            # every interpreter; a worker stuck in C never stops, so the
+            # first import of _pickle in main (to describe a cancelled task)
+            # would wait for it forever. Import it before any task runs.
+            _marshal._load_pickle()
         _admin.spawn(self._start_all)
 
     def _start_all(self) -> None:
@@ -308,10 +317,13 @@ class Lifecycle:
             self._interrupt_running()
             raise
 
-    def __del__(self) -> None:
+    # warnings.warn bound at definition: at interpreter exit module globals
+    # may already be None when this runs (seen on the free-threaded 3.13t,
+    # whose finalization collects an unclosed pool later than a GIL build).
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         state = getattr(self, "_state", "closed")
         if state not in ("closed", "closing", "new"):
-            warnings.warn(
+            _warn(
                 f"unclosed {self!r}: close it (async with, or await aclose()) to stop its "
                 f"{self._unit}s; {self._on_exit_without_close}",
                 ResourceWarning,

@@ -20,6 +20,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import types
+    from typing import Any
 
 
 def _plain_function() -> None:
@@ -75,7 +76,7 @@ def _end_slot(index: int) -> object:
     raise RuntimeError("aiosubinterp: a channel end reference was unpickled outside a transfer")
 
 
-def _load_pickle():
+def _load_pickle() -> "Any":  # the pickle module
     global _pickle, _Unpickler, _EndPickler, _EndNotPicklable
     import pickle
 

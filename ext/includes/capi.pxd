@@ -60,3 +60,8 @@ cdef extern from "Python.h" nogil:
     void PyErr_Print()
     void PyErr_Clear()
     PyObject* PyExc_KeyboardInterrupt
+
+cdef extern from "Python.h":
+    # One step under the container's own lock on a free-threaded build.
+    object PyList_AsTuple(object lst)
+    object PyDict_Copy(object d)

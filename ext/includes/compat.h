@@ -40,6 +40,15 @@ static inline int asi_pipe(int fds[2]) {
     return 0;
 }
 
+/* 1 on a free-threaded build (PEP 703, "3.13t"): the threads of one
+ * interpreter run at once, with no GIL between them. */
+#include "pyconfig.h"
+#ifdef Py_GIL_DISABLED
+#define ASI_FREE_THREADED 1
+#else
+#define ASI_FREE_THREADED 0
+#endif
+
 /* Registry of live workers, shared by every interpreter of the process. */
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
@@ -114,6 +123,11 @@ static inline int asi_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, d
  * (an idle vCPU takes tens of microseconds to wake). */
 static inline void *asi_load_ptr(void *const *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline int asi_load_int(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+/* Free threading: a state change that several threads of one interpreter
+ * may attempt at once (ext/_core.pyx, "Free threading"). */
+static inline int asi_cas_int(int *p, int expected, int desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
 static inline void asi_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

@@ -37,6 +37,7 @@ cdef extern from "<errno.h>" nogil:
 cdef extern from "compat.h" nogil:
     int ASI_HAVE_EVENTFD
     size_t ASI_WORKER_STACK_SIZE
+    const bint ASI_FREE_THREADED
     int asi_eventfd()
     int asi_pipe(int fds[2])
     void asi_registry_lock()
@@ -52,5 +53,6 @@ cdef extern from "compat.h" nogil:
     double asi_monotonic()
     void* asi_load_ptr(void* const* p)
     int asi_load_int(const int* p)
+    bint asi_cas_int(int* p, int expected, int desired)
     void asi_cpu_relax()
     int asi_cond_wait_until(pthread_cond_t*, pthread_mutex_t*, double deadline)
