@@ -59,17 +59,9 @@ can_build() {
     command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1
 }
 
-# The mirror apt already uses on this machine (same lookup as pythons.sh).
+# The mirror apt already uses on this machine (pythons.sh reads it).
 mirror() {
-    local m=""
-    if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-        m="$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)"
-    fi
-    if [[ -z "$m" && -f /etc/apt/sources.list ]]; then
-        m="$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; exit}}' /etc/apt/sources.list)"
-    fi
-    [[ -n "$m" ]] || die "no Debian mirror found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
-    echo "$m"
+    bash "$(dirname "${BASH_SOURCE[0]}")/pythons.sh" mirror
 }
 
 install_build_deps() {

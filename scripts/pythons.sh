@@ -10,6 +10,7 @@
 #                                      this project synced from the work tree
 #   scripts/pythons.sh available       exit 0 if this machine can provision
 #                                      (root, Debian apt or debootstrap)
+#   scripts/pythons.sh mirror          print the Debian mirror apt uses here
 #
 # Why a chroot: Debian's unstable suite ships CPython 3.13.x, 3.14.x and
 # 3.15.x as binary packages, but they need a newer glibc than Debian 12's, so
@@ -248,5 +249,6 @@ case "${1:-}" in
     versions) versions ;;
     available) can_provision ;;
     root) echo "$ROOT" ;;
-    *) echo "usage: $0 provision | versions | available | root | run CMD..." >&2; exit 2 ;;
+    mirror) mirror ;;
+    *) echo "usage: $0 provision | versions | available | root | mirror | run CMD..." >&2; exit 2 ;;
 esac
