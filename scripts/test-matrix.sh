@@ -92,18 +92,21 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
+run_here() {  # version interpreter patch: the suite on it, here, recorded
+    echo "=== Python $1 here: $2 ($3) ==="
+    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$1"; then
+        record "$1" here "$3" passed
+    else
+        record "$1" here "$3" FAILED
+    fi
+}
+
 # 1. Pythons on this machine, one make run each.
 for v in "${HERE[@]}"; do
     if ! py="$(bash scripts/find-python.sh "$v" 2>/dev/null)"; then
         continue
     fi
-    patch="$(patch_of "$py")"
-    echo "=== Python $v here: $py ($patch) ==="
-    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
-        record "$v" here "$patch" passed
-    else
-        record "$v" here "$patch" FAILED
-    fi
+    run_here "$v" "$py" "$(patch_of "$py")"
 done
 
 # 1b. The free-threaded build, here, where it is found (FT_BUILD=1: built
@@ -118,13 +121,7 @@ for v in "${FT[@]}"; do
             continue
         fi
     fi
-    patch="$(patch_of "$py")t"
-    echo "=== Python $v (free-threaded) here: $py ($patch) ==="
-    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
-        record "$v" here "$patch" passed
-    else
-        record "$v" here "$patch" FAILED
-    fi
+    run_here "$v" "$py" "$(patch_of "$py")t"
 done
 
 # 2. Today's Pythons in the Debian unstable root.
