@@ -1,9 +1,13 @@
-"""An aiohttp app on uvloop under load from ``wrk``: light latency, heavy req/s, streaming MB/s.
+"""Two web apps (aiohttp, Starlette) under load from ``wrk``: light latency, heavy req/s, MB/s.
 
-The server is ``examples/aiohttp_app.py`` itself (the app the README shows),
-started once per contender and round in a process of its own on a loopback
-port, with ``--mode`` saying where its heavy endpoint ``/primes`` counts
-primes (pure Python, ``n`` calibrated to ~10 ms in the parent):
+The servers are the examples themselves: ``examples/aiohttp_app.py`` (aiohttp
+on uvloop, the app the README shows) and ``examples/starlette_app.py``
+(Starlette under uvicorn, uvloop and httptools), ``--app aiohttp|starlette|both``
+(default both). Each is started once per contender and round in a process
+of its own on a loopback port, with ``--mode`` saying where its heavy
+endpoint ``/primes`` counts primes (pure Python, ``n`` calibrated to ~10 ms
+in the parent). A contender is an app and a mode, named ``APP/MODE``
+(``aiohttp/to_thread``, ``starlette/aiosubinterp``, ...); the modes:
 
   inline                  on the event loop (every other request waits meanwhile)
   to_thread               ``asyncio.to_thread``, a default executor of 2 threads
@@ -17,15 +21,16 @@ Per contender, after a short warm-up of ``/primes``:
    on 1 connection, one request every ``light_delay_ms`` ms (a health check).
    Reported: ``/ping``'s p50/p99/max (exact, from wrk's histogram through the
    ``done()`` hook of ``_wrk_report.lua``) and ``/primes``'s requests/s.
-2. streaming (the InterpreterPool contender only: ``/stream`` is produced in
-   an interpreter of the app's stream pool in every mode): ``wrk`` reads
+2. streaming (each app's InterpreterPool contender only: ``/stream`` is produced
+   in an interpreter of the app's stream pool in every mode): ``wrk`` reads
    ``/stream?count=..&size=1 MiB`` for ``stream_seconds`` s on
    ``stream_connections`` connections; each 1 MiB chunk crosses
    ``open_channel(2)`` from the producer to the handler (a view, not a copy,
    from 64 KiB up). Reported: MiB/s of response bytes (wrk's ``Transfer/sec``;
    1 MiB = 2**20 bytes, what wrk prints as "MB").
 
-Targets (issue #15; one run, 2 cores, aiohttp on uvloop):
+Targets (issue #15; one run, 2 cores, aiohttp on uvloop; each app's are
+computed against its own to_thread, Starlette's printed too):
   /ping p99 while /primes is loaded <= 0.1 x to_thread's;
   /primes req/s >= 1.4 x to_thread's;
   streaming from an interpreter >= 200 MB/s to a loopback client (measured in MiB/s: stricter).
@@ -42,8 +47,9 @@ targets drawn goes to ``bench_http.png`` in the temporary directory
 (``--chart PATH`` elsewhere, ``--chart ''`` for none; the README's picture
 is ``--chart docs/http_bench.png``).
 
-Run: ``python benchmarks/bench_http.py [--quick] [--json] [--chart PATH]``
-(``--loop asyncio`` serves on asyncio's loop instead of uvloop).
+Run: ``python benchmarks/bench_http.py [--app aiohttp|starlette|both] [--quick] [--json]
+[--chart PATH]`` (``--loop asyncio`` serves the aiohttp app on asyncio's loop
+instead of uvloop; the Starlette app always asks uvicorn for uvloop).
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from typing import Any
 
 import _common
 
-MODES = {  # contender -> the app's --mode
+MODES = {  # contender's kind -> the app's --mode
     "inline": "inline",
     "to_thread": "to_thread",
     "aiosubinterp-processes": "processes",
@@ -78,9 +84,16 @@ LABELS = {  # for the chart
     "aiosubinterp-processes": "aiosubinterp ProcessPool(2)",
     "aiosubinterp": "aiosubinterp InterpreterPool(2)",
 }
-STREAMER = "aiosubinterp"  # the contender that also measures /stream
+STREAMER = "aiosubinterp"  # the kind of contender that also measures /stream
 ANCHOR = "to_thread"
-APP = os.path.join(_common.REPO, "examples", "aiohttp_app.py")
+APPS = {  # --app -> the example it serves, and what it prints once it listens
+    "aiohttp": (os.path.join(_common.REPO, "examples", "aiohttp_app.py"), "Running on"),
+    "starlette": (os.path.join(_common.REPO, "examples", "starlette_app.py"),
+                  "Uvicorn running on"),
+}
+APP_LABELS = {"aiohttp": "aiohttp on uvloop",
+              "starlette": "Starlette under uvicorn (uvloop, httptools)"}
+APP = APPS["aiohttp"][0]
 LUA = os.path.join(_common.HERE, "_wrk_report.lua")
 WRK_MARK = "@@wrk "
 
@@ -133,6 +146,36 @@ def find_wrk(*, install: bool = True) -> str:
             print(f"bench_http: `{' '.join(cmd)}` exited {proc.returncode}: "
                   f"{proc.stderr.strip()[-400:]}", file=sys.stderr, flush=True)
     raise SystemExit(f"bench_http: could not install wrk with apt-get; {INSTALL_HINT}")
+
+
+# ------------------------------------------------------------- contender names
+
+
+def contender_name(app: str, kind: str) -> str:
+    """``aiohttp/to_thread``: the app (APPS) and the kind of contender (MODES)."""
+    return f"{app}/{kind}"
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(app, kind) of a contender name; ValueError if either is unknown."""
+    app, _, kind = name.partition("/")
+    if app not in APPS or kind not in MODES:
+        raise ValueError(f"not a bench_http contender: {name!r}")
+    return app, kind
+
+
+def contender_names(app: str = "both") -> list[str]:
+    """The contenders of ``--app`` (aiohttp, starlette or both), app by app, in MODES' order."""
+    apps = list(APPS) if app == "both" else [app]
+    if not set(apps) <= set(APPS):
+        raise ValueError(f"unknown app {app!r}; choose aiohttp, starlette or both")
+    return [contender_name(a, kind) for a in apps for kind in MODES]
+
+
+def apps_in(names: Sequence[str]) -> list[str]:
+    """The apps that some of ``names`` belong to, in APPS' order."""
+    present = {split_name(n)[0] for n in names}
+    return [a for a in APPS if a in present]
 
 
 # ------------------------------------------------------------- wrk's output
@@ -225,19 +268,24 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
 # ------------------------------------------------------------------- targets
 
 
-def targets_of(summary: dict[str, dict[str, float]]) -> list[_common.Target]:
-    """The three targets of issue #15 from report()'s summary (NaN where a figure is missing)."""
-    ours = summary.get("aiosubinterp", {})
-    anchor = summary.get(ANCHOR, {})
+def targets_of(summary: dict[str, dict[str, float]],
+               app: str = "aiohttp") -> list[_common.Target]:
+    """The three targets of issue #15 for ``app`` from report()'s summary.
+
+    Against that app's own to_thread; NaN (no verdict) where a figure is
+    missing. Each target's name starts with the app: ``aiohttp: /ping p99 ...``.
+    """
+    ours = summary.get(contender_name(app, STREAMER), {})
+    anchor = summary.get(contender_name(app, ANCHOR), {})
     nan = math.nan
     return [
-        _common.Target("/ping p99 while /primes is loaded / to_thread's",
+        _common.Target(f"{app}: /ping p99 while /primes is loaded / to_thread's",
                        _common.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
                        "<=", LIGHT_P99_MAX, note="asyncio.to_thread, 2 threads"),
-        _common.Target("/primes req/s under load / to_thread's",
+        _common.Target(f"{app}: /primes req/s under load / to_thread's",
                        _common.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
                        ">=", HEAVY_RPS_MIN, note="asyncio.to_thread, 2 threads"),
-        _common.Target("streaming from an interpreter to a loopback client",
+        _common.Target(f"{app}: streaming from an interpreter to a loopback client",
                        ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
                        note="absolute (1 MiB chunks through open_channel(2))"),
     ]
@@ -253,14 +301,18 @@ def _free_port() -> int:
 
 
 class Server:
-    """examples/aiohttp_app.py in a child process, its output in a temporary file."""
+    """examples/<app>_app.py in a child process, its output in a temporary file."""
 
-    def __init__(self, mode: str, loop: str, workers: int, max_streams: int) -> None:
+    def __init__(self, mode: str, loop: str, workers: int, max_streams: int,
+                 app: str = "aiohttp") -> None:
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        script, self.ready = APPS[app]
+        # The Starlette app has no --loop: uvicorn gets uvloop when installed.
+        loop_args = ["--loop", loop] if app == "aiohttp" else []
         self.proc = subprocess.Popen(
-            [sys.executable, APP, "--port", str(self.port), "--mode", mode, "--loop", loop,
+            [sys.executable, script, "--port", str(self.port), "--mode", mode, *loop_args,
              "--workers", str(workers), "--max-streams", str(max_streams)],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.base = f"http://127.0.0.1:{self.port}"
@@ -270,11 +322,11 @@ class Server:
         return self.log.read()
 
     def wait_ready(self, timeout: float = 60.0) -> str:
-        """Wait until run_app says "Running on"; returns the loop line it printed first."""
+        """Wait until the server says it listens; returns the loop line the app printed first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = self.output()
-            if "Running on" in out:
+            if self.ready in out:
                 return next((ln for ln in out.splitlines() if ln.startswith("event loop")), "")
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited with {self.proc.returncode} before serving: "
@@ -331,10 +383,12 @@ def _get(url: str) -> bytes:
 
 
 def contender(name: str):
+    app, kind = split_name(name)
+
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         wrk, n, seconds = params["wrk"], params["primes_n"], params["seconds"]
-        server = Server(MODES[name], params["server_loop"], _common.WORKERS,
-                        params["stream_connections"])
+        server = Server(MODES[kind], params["server_loop"], _common.WORKERS,
+                        params["stream_connections"], app)
         try:
             loop_line = server.wait_ready()
             heavy_url = f"{server.base}/primes?n={n}"
@@ -354,10 +408,10 @@ def contender(name: str):
                 ], seconds)
             out: dict[str, Any] = {
                 "heavy": heavy, "light": light, **meter.result(),
-                "info": f"examples/aiohttp_app.py --mode {MODES[name]} --workers "
+                "info": f"examples/{app}_app.py --mode {MODES[kind]} --workers "
                         f"{_common.WORKERS}; {loop_line}",
             }
-            if name == STREAMER:
+            if kind == STREAMER:
                 count, size = params["stream_count"], params["stream_size"]
                 url = f"{server.base}/stream?count={count}&size={size}"
                 head = _get(f"{server.base}/stream?count=2&size={size}")
@@ -459,18 +513,22 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             stream.add(name, *cells, f"{sum(s['requests'] for s in streams):,}",
                        f"{params['stream_size'] >> 10} KiB",
                        *_common.load_cells(meters))
-    anchor = summary.get(ANCHOR, {})
     for name, s in summary.items():
+        anchor = summary.get(contender_name(split_name(name)[0], ANCHOR), {})
         load.set(name, 5, _common.fmt_ratio(_common.ratio(s["light_p99_ms"],
                                                           anchor.get("light_p99_ms"))))
         load.set(name, 7, _common.fmt_ratio(_common.ratio(s["heavy_rps"],
                                                           anchor.get("heavy_rps"))))
-    targets = targets_of(summary)
+    apps = apps_in(list(results))
+    targets = [t for app in apps for t in targets_of(summary, app)]
     seconds = params["seconds"]
+    servers = {"aiohttp": f"examples/aiohttp_app.py on {params['server_loop']}",
+               "starlette": "examples/starlette_app.py under uvicorn (uvloop, httptools)"}
     notes = [
-        f"Server: examples/aiohttp_app.py on {params['server_loop']}, one fresh process per "
-        f"contender and round; /primes?n={params['primes_n']} counts primes in pure Python "
-        f"(~{params['primes_ms']} ms here); {_common.WORKERS} workers in every mode.",
+        f"Server: {' and '.join(servers[a] for a in apps)}, one fresh process per "
+        f"contender (APP/MODE) and round; ratios are to the same app's to_thread; "
+        f"/primes?n={params['primes_n']} counts primes in pure Python (~{params['primes_ms']} "
+        f"ms here); {_common.WORKERS} workers in every mode.",
         f"Under load ({seconds} s, after {params['warmup_seconds']} s of warm-up): "
         f"`{params['wrk_version']}` -t1 -c{params['heavy_connections']} on /primes, and at the "
         f"same time -t1 -c1 --latency on /ping with a {params['light_delay_ms']} ms pause "
@@ -498,43 +556,61 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 def draw_chart(path: str, summary: dict[str, dict[str, float]],
                targets: list[_common.Target], subtitle: str) -> None:
-    """Three panels: /ping p99 under load, /primes req/s, streaming MiB/s; targets drawn."""
+    """Per app, a column of three panels: /ping p99 under load, /primes req/s, streaming MiB/s.
+
+    ``targets`` are targets_of()'s for each app in ``summary`` (their names
+    start with the app); each panel draws and states its app's.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    names = [n for n in MODES if n in summary]
-    fig = Figure(figsize=(11, 8.6), dpi=100, layout="constrained")
+    apps = apps_in(list(summary)) or ["aiohttp"]
+    rows = max(len([k for k in MODES if contender_name(a, k) in summary]) for a in apps)
+    fig = Figure(figsize=(11 * len(apps), 8.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
-    fig.suptitle("aiohttp on uvloop under wrk load: where the CPU-heavy endpoint /primes runs\n"
-                 + subtitle, fontsize=11)
-    axes = fig.subplots(3, 1, height_ratios=[len(names) + 0.6, len(names) + 0.6, 1.8])
-    colours = ["tab:blue" if n.startswith("aiosubinterp") else "tab:gray" for n in names]
-    anchor = summary.get(ANCHOR, {})
+    fig.suptitle(f"{' and '.join(APP_LABELS[a] for a in apps)} under wrk load: where the "
+                 "CPU-heavy endpoint /primes runs\n" + subtitle, fontsize=11)
+    grid = fig.subplots(3, len(apps), height_ratios=[rows + 0.6, rows + 0.6, 1.8], squeeze=False)
+    for column, app in enumerate(apps):
+        mine = [t for t in targets if t.what.startswith(f"{app}: ")]
+        _draw_app(list(grid[:, column]), app, summary,
+                  mine if len(mine) == 3 else targets_of(summary, app))
+    fig.savefig(path, metadata={"Title": "bench_http: aiohttp and Starlette under wrk load"})
+
+
+def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
+              targets: list[_common.Target]) -> None:
+    """The three panels of one app."""
+    kinds = [k for k in MODES if contender_name(app, k) in summary]
+    mine = {k: summary[contender_name(app, k)] for k in kinds}
+    colours = ["tab:blue" if k.startswith("aiosubinterp") else "tab:gray" for k in kinds]
+    anchor = mine.get(ANCHOR, {})
     # What the contender got of the machine: a reader of the picture alone
     # must see when other load left it less than 2 cores.
-    labels = [LABELS[n] + ("" if math.isnan(summary[n].get("cpu_per_wall", math.nan))
-                           else f"\nused {summary[n]['cpu_per_wall']:.2f} cores, others "
-                                f"{summary[n]['other_cores']:.2f}")
-              for n in names]
+    labels = [LABELS[k] + ("" if math.isnan(mine[k].get("cpu_per_wall", math.nan))
+                           else f"\nused {mine[k]['cpu_per_wall']:.2f} cores, others "
+                                f"{mine[k]['other_cores']:.2f}")
+              for k in kinds]
     light, heavy, streaming = targets
-    _bars(axes[0], labels, [summary[n].get("light_p99_ms", math.nan) for n in names], colours,
+    _bars(axes[0], labels, [mine[k].get("light_p99_ms", math.nan) for k in kinds], colours,
           "ms", anchor.get("light_p99_ms", math.nan) * LIGHT_P99_MAX,
           f"target: <= {LIGHT_P99_MAX:g} x to_thread's p99 = {{limit}}", log=True)
-    _title(axes[0], "/ping p99 latency while /primes is loaded (lower is better)", light)
+    _title(axes[0], f"{app}: /ping p99 latency while /primes is loaded (lower is better)",
+           light)
     axes[0].set_xlabel(axes[0].get_xlabel() + "; used: cores of CPU time of the server and wrk "
                        "(medians), others: the rest of the machine")
-    _bars(axes[1], labels, [summary[n].get("heavy_rps", math.nan) for n in names], colours,
+    _bars(axes[1], labels, [mine[k].get("heavy_rps", math.nan) for k in kinds], colours,
           "req/s", anchor.get("heavy_rps", math.nan) * HEAVY_RPS_MIN,
           f"target: >= {HEAVY_RPS_MIN:g} x to_thread's = {{limit}}", log=False)
-    _title(axes[1], "/primes requests per second under load (higher is better)", heavy)
+    _title(axes[1], f"{app}: /primes requests per second under load (higher is better)",
+           heavy)
     _bars(axes[2], ["aiosubinterp InterpreterPool(2):\n/stream, 1 MiB chunks\nthrough a channel"],
-          [summary.get(STREAMER, {}).get("stream_mib_s", math.nan)], ["tab:blue"], "MiB/s",
+          [mine.get(STREAMER, {}).get("stream_mib_s", math.nan)], ["tab:blue"], "MiB/s",
           STREAM_MIB_S_MIN, f"target: >= {STREAM_MIB_S_MIN:g} MB/s, drawn at {{limit}} (stricter)",
           log=False)
-    _title(axes[2], "streaming a body produced in an interpreter to wrk (higher is better)",
-           streaming)
+    _title(axes[2], f"{app}: streaming a body produced in an interpreter to wrk (higher is "
+           "better)", streaming)
     axes[2].set_xlabel("MiB/s of response body read by wrk (1 MiB = 2**20 bytes)")
-    fig.savefig(path, metadata={"Title": "bench_http: aiohttp on uvloop under wrk load"})
 
 
 def _title(ax: Any, text: str, target: _common.Target) -> None:
@@ -593,6 +669,15 @@ def _chart_option() -> str | None:
     return known.chart
 
 
+def _app_option() -> str:
+    """--app aiohttp|starlette|both, removed from sys.argv before _common parses it."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--app", choices=("aiohttp", "starlette", "both"), default="both")
+    known, rest = parser.parse_known_args()
+    sys.argv[1:] = rest
+    return str(known.app)
+
+
 def _subtitle(params: dict[str, Any]) -> str:
     return (f"{_common.ncpu()} CPUs ({_common.cpu_model()}), Python "
             f"{sys.version.split()[0]}, {params.get('wrk_version', 'wrk')}, "
@@ -603,12 +688,14 @@ def _subtitle(params: dict[str, Any]) -> str:
 
 def main() -> int:
     chart = _chart_option()
+    # A child is asked for one contender by name, without --app: it knows them all.
+    app = _app_option()
     child = "--contender" in sys.argv
     code = _common.main(
         doc=__doc__,
-        title="bench_http: aiohttp on uvloop under wrk: /ping latency, /primes req/s, "
+        title="bench_http: aiohttp and Starlette under wrk: /ping latency, /primes req/s, "
               "/stream MiB/s",
-        contenders={name: contender(name) for name in MODES},
+        contenders={name: contender(name) for name in contender_names(app)},
         full={"seconds": 7, "warmup_seconds": 1, "heavy_ms": 10, "heavy_connections": 8,
               "light_delay_ms": 5, "stream_seconds": 5, "stream_connections": 2,
               "stream_count": 256, "stream_size": 1 << 20, "rounds": 2},

@@ -23,8 +23,17 @@ Then, on 127.0.0.1:8080:
   ``progress`` event (``data: {"below": ..., "primes": ...}``); a
   ``result`` event ends the stream (``shutdown`` if the server stops
   first), so that an ``EventSource`` does not reconnect;
-- ``GET /stats``: both pools' ``statistics()`` and the recent streams (how
-  far each got, how it ended, whether its channel ends are closed).
+- ``GET /stats``: the mode, both pools' ``statistics()`` and the recent
+  streams (how far each got, how it ended, whether its channel ends are closed).
+
+``--mode`` says where ``/primes`` computes, as in ``aiohttp_app.py`` (so
+that ``benchmarks/bench_http.py`` can measure both apps the same way):
+``interpreters`` (the default, an ``InterpreterPool``), ``processes``
+(an ``aiosubinterp.ProcessPool``: worker processes, pickled calls),
+``to_thread`` (``asyncio.to_thread`` on a default executor of as many
+threads: they share the main GIL with the event loop) and ``inline`` (on
+the event loop itself: every other request waits meanwhile). ``/stream``
+and ``/events`` always come from the stream pool of interpreters.
 
 A client that disconnects mid-stream stops its producer: Starlette notices
 the disconnect and stops sending, and the response then closes the channel
@@ -54,11 +63,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import importlib.util
 import itertools
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -78,6 +89,7 @@ STREAM_CAPACITY = 2  # items buffered between a producer and its response
 MAX_COUNT = 10**9
 MAX_PRIMES_N = 10**7
 MAX_EVENTS_N = 10**9
+MODES = ("interpreters", "processes", "to_thread", "inline")  # where /primes computes
 
 
 # -- streams -----------------------------------------------------------------------------
@@ -237,7 +249,7 @@ async def ping(request: Request) -> Response:
 
 async def primes(request: Request) -> Response:
     n = int_param(request, "n", 100_000, 0, MAX_PRIMES_N)
-    count = await request.state.cpu_pool.run(work.count_primes, n)
+    count = await request.state.run_cpu(work.count_primes, n)
     return JSONResponse({"n": n, "primes": count})
 
 
@@ -276,8 +288,10 @@ async def events(request: Request) -> Response:
 
 
 async def stats(request: Request) -> Response:
+    cpu = request.state.cpu_pool
     return JSONResponse({
-        "cpu_pool": request.state.cpu_pool.statistics(),
+        "mode": request.app.state.settings[2],
+        "cpu_pool": cpu.statistics() if cpu is not None else None,
         "stream_pool": request.state.stream_pool.statistics(),
         "streams": [st.describe() for st in request.app.state.streams.recent],
     })
@@ -285,25 +299,56 @@ async def stats(request: Request) -> Response:
 
 # -- the app and its server --------------------------------------------------------------
 
+async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
+    """--mode inline: the work runs on the event loop, which serves nothing else meanwhile."""
+    return fn(*args)
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-    """Both pools live exactly as long as the app; handlers see them in request.state."""
-    workers, max_streams = app.state.settings
+    """Both pools (or to_thread's threads) live exactly as long as the app.
+
+    Handlers see them in request.state: ``cpu_pool`` (an InterpreterPool, a
+    ProcessPool, or None for to_thread and inline), ``run_cpu`` (how /primes
+    runs ``fn(*args)``: an async function, per the mode) and ``stream_pool``.
+    """
+    workers, max_streams, mode = app.state.settings
     async with contextlib.AsyncExitStack() as stack:
-        cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
+        cpu: aiosubinterp.InterpreterPool | aiosubinterp.ProcessPool | None = None
+        run_cpu: Callable[..., Any]
+        if mode == "interpreters":
+            cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
+            run_cpu = cpu.run
+        elif mode == "processes":
+            cpu = await stack.enter_async_context(aiosubinterp.ProcessPool(workers))
+            run_cpu = cpu.run
+        elif mode == "to_thread":
+            # asyncio.to_thread runs on the loop's default executor: give it
+            # as many threads as the pools have workers.
+            threads = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count())
+            stack.callback(threads.shutdown)
+            asyncio.get_running_loop().set_default_executor(threads)
+            run_cpu = asyncio.to_thread
+        else:
+            run_cpu = run_inline
         streams = await stack.enter_async_context(
             aiosubinterp.InterpreterPool(max_streams, idle_spin=0))
         # Runs first on the way out: a producer still blocked on a channel
         # would keep its pool from closing.
         stack.callback(app.state.streams.end_all)
         # Warm up: each worker imports _web_work before the first request needs it.
-        await asyncio.gather(cpu.run(work.count_primes, 10), streams.run(work.count_primes, 10))
-        yield {"cpu_pool": cpu, "stream_pool": streams}
-    # Leaving the stack closed both pools: every interpreter is destroyed.
+        await asyncio.gather(*(run_cpu(work.count_primes, 10)
+                               for _ in range(workers or os.cpu_count() or 1)),
+                             streams.run(work.count_primes, 10))
+        yield {"cpu_pool": cpu, "run_cpu": run_cpu, "stream_pool": streams}
+    # Leaving the stack closed both pools: every interpreter (and process, or thread) is gone.
 
 
-def make_app(workers: int | None = None, max_streams: int = 2) -> Starlette:
-    """The application; ``workers`` interpreters for CPU work (default: one per CPU)."""
+def make_app(workers: int | None = None, max_streams: int = 2,
+             mode: str = "interpreters") -> Starlette:
+    """The application; ``workers`` for /primes (default: one per CPU), in ``mode`` (MODES)."""
+    if mode not in MODES:
+        raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
     app = Starlette(
         routes=[
             Route("/ping", ping),
@@ -314,7 +359,7 @@ def make_app(workers: int | None = None, max_streams: int = 2) -> Starlette:
         ],
         lifespan=lifespan,
     )
-    app.state.settings = (workers, max_streams)
+    app.state.settings = (workers, max_streams, mode)
     app.state.streams = Streams()
     return app
 
@@ -352,14 +397,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--mode", choices=MODES, default="interpreters",
+                        help="where /primes computes: an InterpreterPool (default), a "
+                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
     parser.add_argument("--workers", type=int, default=None,
-                        help="interpreters for /primes (default: one per CPU)")
+                        help="interpreters (processes, threads) for /primes (default: one per CPU)")
     parser.add_argument("--max-streams", type=int, default=2,
                         help="interpreters producing streams, so streams at once (default 2)")
     args = parser.parse_args(argv)
     loop, http = server_options()
-    print(f"event loop: {loop}, HTTP parser: {http}", flush=True)
-    config = uvicorn.Config(make_app(args.workers, args.max_streams), host=args.host,
+    print(f"event loop: {loop}, HTTP parser: {http}; /primes: {args.mode}", flush=True)
+    config = uvicorn.Config(make_app(args.workers, args.max_streams, args.mode), host=args.host,
                             port=args.port, loop=loop, http=http, lifespan="on",
                             timeout_graceful_shutdown=5)
     server = Server(config)

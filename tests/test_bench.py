@@ -239,30 +239,81 @@ def test_wrk_lua_report_without_answers_has_no_latency(bench_http):
     assert all(math.isnan(v) for v in rep["latency_ms"].values())
 
 
+def test_http_contender_names(bench_http):
+    both = bench_http.contender_names()
+    assert both[:4] == ["aiohttp/inline", "aiohttp/to_thread", "aiohttp/aiosubinterp-processes",
+                        "aiohttp/aiosubinterp"]
+    assert both[4:] == [n.replace("aiohttp/", "starlette/") for n in both[:4]]
+    assert bench_http.contender_names("both") == both
+    assert bench_http.contender_names("starlette") == both[4:]
+    assert bench_http.contender_names("aiohttp") == both[:4]
+    with pytest.raises(ValueError, match="unknown app 'django'"):
+        bench_http.contender_names("django")
+    assert bench_http.split_name("starlette/aiosubinterp") == ("starlette", "aiosubinterp")
+    for bad in ("aiosubinterp", "flask/to_thread", "aiohttp/threads"):
+        with pytest.raises(ValueError, match="not a bench_http contender"):
+            bench_http.split_name(bad)
+    assert bench_http.apps_in(["starlette/inline", "aiohttp/to_thread"]) == ["aiohttp",
+                                                                             "starlette"]
+    assert bench_http.apps_in(["starlette/inline"]) == ["starlette"]
+    # Every kind of contender is one of the apps' --mode.
+    assert set(bench_http.MODES.values()) == {"interpreters", "processes", "to_thread", "inline"}
+
+
+def test_http_app_option(bench_http, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_http.py", "--quick", "--app", "starlette",
+                                      "--only", "starlette/to_thread"])
+    assert bench_http._app_option() == "starlette"
+    assert sys.argv == ["bench_http.py", "--quick", "--only", "starlette/to_thread"]
+    assert bench_http._app_option() == "both"  # the default; a child gets no --app
+
+
 def test_http_targets(bench_http):
-    summary = {"to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
-               "aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0, "stream_mib_s": 650.0}}
+    summary = {"aiohttp/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+               "aiohttp/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0,
+                                        "stream_mib_s": 650.0}}
     light, heavy, stream = bench_http.targets_of(summary)
+    assert light.what.startswith("aiohttp: /ping p99")
     assert (light.measured, light.verdict) == (0.05, "PASS")
     assert (heavy.measured, heavy.verdict) == (1.875, "PASS")
     assert (stream.measured, stream.unit, stream.verdict) == (650.0, "MiB/s", "PASS")
-    summary["aiosubinterp"].update(light_p99_ms=8.0, heavy_rps=100.0, stream_mib_s=150.0)
+    # Starlette's are against Starlette's own to_thread.
+    summary.update({"starlette/to_thread": {"light_p99_ms": 10.0, "heavy_rps": 100.0},
+                    "starlette/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 120.0,
+                                               "stream_mib_s": 250.0}})
+    light, heavy, stream = bench_http.targets_of(summary, "starlette")
+    assert light.what.startswith("starlette: /ping p99")
+    assert (light.measured, light.verdict) == (0.2, "MISS")
+    assert (heavy.measured, heavy.verdict) == (1.2, "MISS")
+    assert (stream.measured, stream.verdict) == (250.0, "PASS")
+    assert [t.verdict for t in bench_http.targets_of(summary, "aiohttp")] == ["PASS"] * 3
+    summary["aiohttp/aiosubinterp"].update(light_p99_ms=8.0, heavy_rps=100.0, stream_mib_s=150.0)
     assert [t.verdict for t in bench_http.targets_of(summary)] == ["MISS"] * 3
     # A contender that did not run: no verdict rather than a wrong one.
-    assert [t.verdict for t in bench_http.targets_of({"aiosubinterp": summary["aiosubinterp"]})
-            ] == ["n/a", "n/a", "MISS"]
+    only_ours = {"aiohttp/aiosubinterp": summary["aiohttp/aiosubinterp"]}
+    assert [t.verdict for t in bench_http.targets_of(only_ours)] == ["n/a", "n/a", "MISS"]
+    assert [t.verdict for t in bench_http.targets_of(only_ours, "starlette")] == ["n/a"] * 3
     assert [t.verdict for t in bench_http.targets_of({})] == ["n/a"] * 3
 
 
-def test_http_chart_stands_alone(bench_http, tmp_path):
-    summary = {"inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
-               "to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
-               "aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
-               "aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0, "stream_mib_s": 650.0}}
+def _http_summary(app):
+    return {f"{app}/inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
+            f"{app}/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+            f"{app}/aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
+            f"{app}/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0,
+                                    "stream_mib_s": 650.0}}
+
+
+@pytest.mark.parametrize("apps", [["aiohttp"], ["starlette"], ["aiohttp", "starlette"]],
+                         ids=["aiohttp", "starlette", "both"])
+def test_http_chart_stands_alone(bench_http, tmp_path, apps):
+    summary = {k: v for app in apps for k, v in _http_summary(app).items()}
+    targets = [t for app in apps for t in bench_http.targets_of(summary, app)]
     path = tmp_path / "http.png"
-    bench_http.draw_chart(str(path), summary, bench_http.targets_of(summary), "a test")
+    bench_http.draw_chart(str(path), summary, targets, "a test")
     with Image.open(path) as png:
         assert png.text["Title"].startswith("bench_http")
+        assert png.size[0] == 1100 * len(apps)  # a column of panels per app
         colours = {rgb for _, rgb in png.convert("RGB").getcolors(maxcolors=1 << 20)}
     # ours in blue, the others in grey; PASS (green) and MISS (red) verdicts
     assert {BLUE, GRAY, GREEN, RED} <= colours

@@ -73,9 +73,9 @@ def ex(monkeypatch):
 class Served:
     """The app served by the example's uvicorn Server in this loop; stop() is idempotent."""
 
-    def __init__(self, ex, http: str) -> None:
+    def __init__(self, ex, http: str, mode: str = "interpreters") -> None:
         self.ex = ex
-        self.app = ex.make_app(workers=2, max_streams=2)
+        self.app = ex.make_app(workers=2, max_streams=2, mode=mode)
         # log_config=None: uvicorn's records reach pytest's caplog (no dictConfig).
         config = uvicorn.Config(self.app, http=http, lifespan="on", log_config=None,
                                 access_log=False, timeout_graceful_shutdown=5)
@@ -117,8 +117,8 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(ex, http="httptools"):
-    served = Served(ex, http)
+async def serving(ex, http="httptools", mode="interpreters"):
+    served = Served(ex, http, mode)
     try:
         url = await served.start()
         timeout = aiohttp.ClientTimeout(total=DEADLINE)
@@ -157,6 +157,25 @@ async def test_primes_and_ping(ex):
             assert "n must be an integer" in await r.text()
         async with client.get("/ping") as r:
             assert r.status == 200 and await r.text() == "pong\n"
+        assert (await get_json(client, "/stats"))["mode"] == "interpreters"
+
+
+@pytest.mark.parametrize("mode", ["processes", "to_thread", "inline"])
+async def test_primes_in_the_other_modes(ex, mode):
+    # The modes bench_http.py compares with the default (interpreters).
+    async with serving(ex, mode=mode) as (_, client):
+        results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
+        assert results == [{"n": 1000, "primes": 168}] * 4
+        described = await get_json(client, "/stats")
+        assert described["mode"] == mode
+        if mode == "processes":
+            assert described["cpu_pool"]["size"] == 2
+        else:
+            assert described["cpu_pool"] is None
+        async with client.get("/stream", params={"count": 3, "size": 100}) as r:
+            assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
+    with pytest.raises(ValueError, match="unknown mode 'fork'"):
+        ex.make_app(mode="fork")
 
 
 async def test_ping_answers_while_every_worker_computes(ex):
