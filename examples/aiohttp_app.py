@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -56,6 +55,7 @@ import os
 import sys
 
 import _web_work as work
+from _web_modes import MODES, enter_cpu
 from aiohttp import web
 
 import aiosubinterp
@@ -63,7 +63,6 @@ import aiosubinterp
 STREAM_CAPACITY = 2  # chunks buffered between a producer and its handler
 MAX_COUNT = 10**9
 MAX_PRIMES_N = 10**7
-MODES = ("interpreters", "processes", "to_thread", "inline")  # where /primes computes
 
 # The pool of /primes: an InterpreterPool, a ProcessPool, or None (to_thread, inline).
 CPU_POOL = web.AppKey("cpu_pool", object)
@@ -174,32 +173,12 @@ async def stats(request):
 
 # -- the app -----------------------------------------------------------------------------
 
-async def run_inline(fn, *args):
-    """--mode inline: the work runs on the event loop, which serves nothing else meanwhile."""
-    return fn(*args)
-
-
 async def pools(app):
     """cleanup_ctx: both pools (or to_thread's threads) live exactly as long as the app."""
     settings = app[SETTINGS]
     mode, workers = settings["mode"], settings["workers"]
     async with contextlib.AsyncExitStack() as stack:
-        cpu = None
-        if mode == "interpreters":
-            cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
-            run_cpu = cpu.run
-        elif mode == "processes":
-            cpu = await stack.enter_async_context(aiosubinterp.ProcessPool(workers))
-            run_cpu = cpu.run
-        elif mode == "to_thread":
-            # asyncio.to_thread runs on the loop's default executor: give it
-            # as many threads as the pools have workers.
-            threads = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count())
-            stack.callback(threads.shutdown)
-            asyncio.get_running_loop().set_default_executor(threads)
-            run_cpu = asyncio.to_thread
-        else:
-            run_cpu = run_inline
+        cpu, run_cpu = await enter_cpu(stack, mode, workers)
         streams = await stack.enter_async_context(
             aiosubinterp.InterpreterPool(settings["max_streams"], idle_spin=0))
         # Warm up: each worker imports _web_work before the first request needs it.

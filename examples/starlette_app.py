@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import dataclasses
 import importlib.util
@@ -76,6 +75,7 @@ from typing import Any
 
 import _web_work as work
 import uvicorn
+from _web_modes import MODES, enter_cpu
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -89,7 +89,6 @@ STREAM_CAPACITY = 2  # items buffered between a producer and its response
 MAX_COUNT = 10**9
 MAX_PRIMES_N = 10**7
 MAX_EVENTS_N = 10**9
-MODES = ("interpreters", "processes", "to_thread", "inline")  # where /primes computes
 
 
 # -- streams -----------------------------------------------------------------------------
@@ -299,11 +298,6 @@ async def stats(request: Request) -> Response:
 
 # -- the app and its server --------------------------------------------------------------
 
-async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
-    """--mode inline: the work runs on the event loop, which serves nothing else meanwhile."""
-    return fn(*args)
-
-
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
     """Both pools (or to_thread's threads) live exactly as long as the app.
@@ -314,23 +308,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
     """
     workers, max_streams, mode = app.state.settings
     async with contextlib.AsyncExitStack() as stack:
-        cpu: aiosubinterp.InterpreterPool | aiosubinterp.ProcessPool | None = None
-        run_cpu: Callable[..., Any]
-        if mode == "interpreters":
-            cpu = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
-            run_cpu = cpu.run
-        elif mode == "processes":
-            cpu = await stack.enter_async_context(aiosubinterp.ProcessPool(workers))
-            run_cpu = cpu.run
-        elif mode == "to_thread":
-            # asyncio.to_thread runs on the loop's default executor: give it
-            # as many threads as the pools have workers.
-            threads = concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count())
-            stack.callback(threads.shutdown)
-            asyncio.get_running_loop().set_default_executor(threads)
-            run_cpu = asyncio.to_thread
-        else:
-            run_cpu = run_inline
+        cpu, run_cpu = await enter_cpu(stack, mode, workers)
         streams = await stack.enter_async_context(
             aiosubinterp.InterpreterPool(max_streams, idle_spin=0))
         # Runs first on the way out: a producer still blocked on a channel
