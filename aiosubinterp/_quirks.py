@@ -11,6 +11,13 @@
   pools refuse work. Bug: CPython kills such a child in its after-fork code
   (measured on every version). Proved by: the fork tests of
   tests/stress/test_stress_lifecycle.py.
+- ``_pickle`` imported in main before a pool's first task on free-threaded
+  builds (``import_pickle_early``). Bug: on 3.13t importing an extension
+  module stops the threads of every interpreter, which a worker stuck in C
+  never allows, so main's first import of it (to describe a cancelled task)
+  waited forever. Versions: free-threaded 3.13. Proved by:
+  tests/test_review_core.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70
+  (run on 3.13t).
 
 Worker-side workarounds stay with the code they guard, since workers import
 little: aiosubinterp/_inside/worker.py (REFUSED_ON_312, and the asyncio refusal on
@@ -23,14 +30,16 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 import warnings
 
 from aiosubinterp import _core
 from aiosubinterp._errors import ForkWarning
+from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._inside import worker as _worker
 
-__all__ = ["blocked_modules", "prime_arg_parsers"]
+__all__ = ["blocked_modules", "import_pickle_early", "prime_arg_parsers"]
 
 # CPython bugs that crash the process when a C accelerator is imported in two
 # or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
@@ -120,6 +129,21 @@ def _prime_call(fn: object) -> None:
             fn(_aiosubinterp_prime_=None)
         except Exception:  # noqa: BLE001 - the expected TypeError
             pass
+
+
+# -- free-threaded 3.13 ("3.13t"): an extension import stops every interpreter --
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))  # PEP 703
+
+
+def import_pickle_early() -> None:
+    """On a free-threaded build, import ``_pickle`` in main now, before any task runs.
+
+    There an extension import stops the threads of every interpreter, and a
+    worker stuck in C never stops, so the first import of ``_pickle`` in main
+    (describing a cancelled task) would wait for it forever.
+    """
+    if _FREE_THREADED and _marshal._pickle is None:
+        _marshal._load_pickle()
 
 
 def _after_fork_in_child() -> None:

@@ -30,20 +30,17 @@ import concurrent.futures
 import itertools
 import os
 import sys
-import sysconfig
 import threading
 import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any, Self, cast
 
-from aiosubinterp import _core
+from aiosubinterp import _core, _quirks
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import BrokenPoolError, PoolClosedError
 from aiosubinterp._inside import marshal as _marshal
-
-_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))  # PEP 703, "3.13t"
 
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
@@ -181,12 +178,7 @@ class Lifecycle:
                 return
             self._state = "starting"
             self._path = list(sys.path)
-        if _FREE_THREADED and _marshal._pickle is None:
-            # On 3.13t importing an extension module stops the threads of
-            # every interpreter; a worker stuck in C never stops, so the
-            # first import of _pickle in main (to describe a cancelled task)
-            # would wait for it forever. Import it before any task runs.
-            _marshal._load_pickle()
+        _quirks.import_pickle_early()  # free-threaded 3.13, see _quirks
         _admin.spawn(self._start_all)
 
     def _start_all(self) -> None:
