@@ -6,6 +6,7 @@ Shared by ``aiohttp_app.py`` and ``starlette_app.py``; the work itself is in
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
 import contextlib
@@ -18,6 +19,25 @@ import aiosubinterp
 MODES = ("interpreters", "processes", "to_thread", "inline")  # where /primes computes
 
 
+def check_mode(mode: str) -> None:
+    """Raise ValueError, naming the choices, unless ``mode`` is one of MODES."""
+    if mode not in MODES:
+        raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command-line options both apps take (the benchmark relies on them)."""
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--mode", choices=MODES, default="interpreters",
+                        help="where /primes computes: an InterpreterPool (default), a "
+                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="interpreters (processes, threads) for /primes (default: one per CPU)")
+    parser.add_argument("--max-streams", type=int, default=2,
+                        help="interpreters producing streams, so streams at once (default 2)")
+
+
 async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
     """--mode inline: the work runs on the event loop, which serves nothing else meanwhile."""
     return fn(*args)
@@ -27,6 +47,7 @@ async def enter_cpu(stack: contextlib.AsyncExitStack, mode: str, workers: int | 
                     ) -> tuple[aiosubinterp.InterpreterPool | aiosubinterp.ProcessPool | None,
                                Callable[..., Any]]:
     """What ``mode`` needs, entered on ``stack``: (the pool or None, how to run ``fn(*args)``)."""
+    check_mode(mode)
     if mode == "interpreters":
         interpreters = await stack.enter_async_context(aiosubinterp.InterpreterPool(workers))
         return interpreters, interpreters.run
@@ -40,6 +61,4 @@ async def enter_cpu(stack: contextlib.AsyncExitStack, mode: str, workers: int | 
         stack.callback(threads.shutdown)
         asyncio.get_running_loop().set_default_executor(threads)
         return None, asyncio.to_thread
-    if mode == "inline":
-        return None, run_inline
-    raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return None, run_inline  # inline

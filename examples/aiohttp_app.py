@@ -55,7 +55,7 @@ import os
 import sys
 
 import _web_work as work
-from _web_modes import MODES, enter_cpu
+from _web_modes import add_arguments, check_mode, enter_cpu
 from aiohttp import web
 
 import aiosubinterp
@@ -199,8 +199,7 @@ async def cancel_streams(app):
 
 def make_app(workers=None, max_streams=2, mode="interpreters"):
     """The application; ``workers`` for /primes (default: one per CPU), in ``mode`` (MODES)."""
-    if mode not in MODES:
-        raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_mode(mode)
     app = web.Application()
     app[SETTINGS] = {"workers": workers, "max_streams": max_streams, "mode": mode}
     # The streams in flight and the last ones that ended, for /stats.
@@ -231,15 +230,7 @@ def new_loop(kind="auto"):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--mode", choices=MODES, default="interpreters",
-                        help="where /primes computes: an InterpreterPool (default), a "
-                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="interpreters (processes, threads) for /primes (default: one per CPU)")
-    parser.add_argument("--max-streams", type=int, default=2,
-                        help="interpreters producing streams, so streams at once (default 2)")
+    add_arguments(parser)
     parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
                         help="event loop (default: uvloop if installed, else asyncio)")
     args = parser.parse_args(argv)

@@ -75,7 +75,7 @@ from typing import Any
 
 import _web_work as work
 import uvicorn
-from _web_modes import MODES, enter_cpu
+from _web_modes import add_arguments, check_mode, enter_cpu
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -325,8 +325,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
 def make_app(workers: int | None = None, max_streams: int = 2,
              mode: str = "interpreters") -> Starlette:
     """The application; ``workers`` for /primes (default: one per CPU), in ``mode`` (MODES)."""
-    if mode not in MODES:
-        raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_mode(mode)
     app = Starlette(
         routes=[
             Route("/ping", ping),
@@ -373,15 +372,7 @@ def server_options() -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--mode", choices=MODES, default="interpreters",
-                        help="where /primes computes: an InterpreterPool (default), a "
-                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="interpreters (processes, threads) for /primes (default: one per CPU)")
-    parser.add_argument("--max-streams", type=int, default=2,
-                        help="interpreters producing streams, so streams at once (default 2)")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     loop, http = server_options()
     print(f"event loop: {loop}, HTTP parser: {http}; /primes: {args.mode}", flush=True)
