@@ -18,6 +18,15 @@
   waited forever. Versions: free-threaded 3.13. Proved by:
   tests/test_review_core.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70
   (run on 3.13t).
+- A new interpreter waits on free-threaded builds while a worker given up on
+  still holds its thread state in C (``note_abandoned``,
+  ``wait_until_no_worker_is_stuck``). Bug: there creating an interpreter
+  stops the threads of every interpreter (``_PyEval_EnableGILTransient``, for
+  the modules it imports), which a thread in a long C call never allows: the
+  replacement for a worker stuck in C froze the whole process, event loop
+  included. Versions: free-threaded 3.13 (the same code is in 3.14 and main).
+  Proved by: tests/test_review_core.py::test_worker_stuck_in_c_holding_its_gil_is_replaced
+  (its free-threaded variant).
 
 Worker-side workarounds stay with the code they guard, since workers import
 little: aiosubinterp/_inside/worker.py (REFUSED_ON_312, and the asyncio refusal on
@@ -32,14 +41,18 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import warnings
+import weakref
+from collections.abc import Callable
 
 from aiosubinterp import _core
 from aiosubinterp._errors import ForkWarning
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._inside import worker as _worker
 
-__all__ = ["blocked_modules", "import_pickle_early", "prime_arg_parsers"]
+__all__ = ["blocked_modules", "import_pickle_early", "note_abandoned", "prime_arg_parsers",
+           "wait_until_no_worker_is_stuck"]
 
 # CPython bugs that crash the process when a C accelerator is imported in two
 # or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
@@ -144,6 +157,58 @@ def import_pickle_early() -> None:
     """
     if _FREE_THREADED and _marshal._pickle is None:
         _marshal._load_pickle()
+
+
+# Workers given up on while a cancelled task still ran on them, in every pool
+# of the process: on a free-threaded build a new interpreter waits for them.
+_abandoned: weakref.WeakSet[_core.Worker] = weakref.WeakSet()
+_abandoned_lock = threading.Lock()
+
+
+def note_abandoned(worker: _core.Worker) -> None:
+    """Remember a worker given up on while its cancelled task still runs."""
+    if _FREE_THREADED:
+        with _abandoned_lock:
+            _abandoned.add(worker)
+
+
+def _stuck_in_c() -> list[_core.Worker]:
+    with _abandoned_lock:
+        candidates = list(_abandoned)
+    return [w for w in candidates if w.holds_thread_state()]
+
+
+def wait_until_no_worker_is_stuck(closed: Callable[[], bool], poll: float = 0.01) -> bool:
+    """On a free-threaded build, wait before creating an interpreter until no
+    abandoned worker holds its thread state. False if ``closed()`` turned
+    true meanwhile (then create nothing); True at once with a GIL.
+
+    There CPython stops every thread of every interpreter to create an
+    interpreter (and to import an extension module), and a thread in a long
+    C call never stops: a creation would park every thread of the process,
+    the event loop too, until the call returns. So the replacement waits
+    here, and says why once, instead of freezing the process. A task that
+    catches the interruption and keeps running bytecode also holds its
+    thread state, and delays the replacement the same way.
+    """
+    if not _FREE_THREADED:
+        return True
+    warned = False
+    while stuck := _stuck_in_c():
+        if closed():
+            return False
+        if not warned:
+            warned = True
+            ids = ", ".join(str(w.id) for w in stuck)
+            warnings.warn(
+                f"a cancelled task still runs in C code in interpreter {ids}, given up on; on a "
+                "free-threaded build CPython cannot create an interpreter until that call "
+                "returns (creating one stops every thread of the process), so the new worker "
+                "waits for it and the pool has one worker fewer meanwhile. Make long C calls "
+                "return in shorter steps, or run them in a ProcessPool, whose workers can be "
+                "killed.", RuntimeWarning, stacklevel=2)
+        time.sleep(poll)
+    return True
 
 
 def _after_fork_in_child() -> None:

@@ -29,8 +29,10 @@ C-level statics (the registry of live workers) are shared by the process.
 #                                                       close() on another thread cannot
 #                                                       free it under submit() or drain()
 #   WorkerState: job, slots, state,     worker.pxi     q.mu; start() moves W_NEW ->
-#     cancel flags, ops pins                            W_STARTING by compare-and-swap
-#                                                       (two start() calls at once)
+#     cancel flags, ops pins, run_ts                    W_STARTING by compare-and-swap
+#                                                       (two start() calls at once);
+#                                                       run_ts->state is read
+#                                                       atomically (CPython writes it)
 #   worker fields set before start      worker.pxi     none needed: written before the
 #     (serial, interp_id, concurrency)                  thread and the registry see w;
 #                                                       done_tasks and the `state`

@@ -140,6 +140,7 @@ cdef struct WorkerState:
     Job* current_job          # the job the C loop dispatched, until it is posted
     int in_session            # the job loop is inside the worker's event loop, serving
                               # several coroutine jobs (concurrency > 1); under q.mu
+    PyThreadState* run_ts     # the worker thread's own state while it exists; under q.mu
     int slots_used
     Job** slots               # concurrency entries: jobs of the session; under q.mu
     char* slot_flags          # per slot: SLOT_* bits; under q.mu
@@ -213,6 +214,9 @@ cdef void* worker_thread_main(void* arg) noexcept nogil:
     # GIL: none -> sub
     PyEval_RestoreThread(ts)
     w.ident = PyThread_get_thread_ident()
+    pthread_mutex_lock(&w.q.mu)
+    w.run_ts = ts
+    pthread_mutex_unlock(&w.q.mu)
     ns = PyDict_New()
     handle = PyLong_FromSsize_t(<Py_ssize_t>w)
     if (ns != NULL and handle != NULL
@@ -236,6 +240,9 @@ cdef void* worker_thread_main(void* arg) noexcept nogil:
         Py_DecRef(handle)
     if ns != NULL:
         Py_DecRef(ns)
+    pthread_mutex_lock(&w.q.mu)
+    w.run_ts = NULL
+    pthread_mutex_unlock(&w.q.mu)
     PyThreadState_Clear(ts)
     # GIL: sub -> none (this thread's state is gone; ts0 keeps the interpreter alive)
     PyThreadState_DeleteCurrent()
@@ -856,6 +863,7 @@ cdef class Worker:
     """
     cdef WorkerState* w
     cdef readonly Queue queue
+    cdef object __weakref__   # _quirks keeps the abandoned ones in a WeakSet
 
     def __cinit__(self, Queue queue not None, str bootstrap not None, setup, long max_tasks=0,
                   int concurrency=1):
@@ -1036,6 +1044,22 @@ cdef class Worker:
             pthread_mutex_unlock(&w.q.mu)
         # GIL: none -> main
         return hit == 1
+
+    def holds_thread_state(self):
+        """True on a free-threaded build while the worker thread is attached.
+
+        Attached: it runs Python code, or C code that did not release its
+        thread state. Such a thread in a long C call blocks CPython's stop of
+        every thread (done to create an interpreter or import an extension
+        module) until the call returns. Always False with a GIL.
+        """
+        cdef WorkerState* w = self.w
+        cdef bint attached = False
+        pthread_mutex_lock(&w.q.mu)
+        if w.run_ts != NULL and not w.exited:
+            attached = asi_ts_attached(w.run_ts)
+        pthread_mutex_unlock(&w.q.mu)
+        return attached
 
     def wait_idle(self, uint64_t tid, double timeout):
         """Wait until this worker no longer runs task tid. True if it stopped in time."""

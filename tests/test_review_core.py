@@ -41,12 +41,12 @@ needs_a_gil_to_hold = pytest.mark.skipif(
 # 3.13.15t); a worker in C code that never reaches an eval breaker never
 # stops, so main waits until the C call returns. The pool imports _pickle
 # before its first task there (lifecycle.py), which fixed the exit sweep
-# (test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70 passes on 3.13t);
-# the replacement below still hangs there, at a stop not yet identified.
+# (test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70 passes on 3.13t).
+# Creating an interpreter stops every thread too, so there a replacement
+# waits until the stuck call returns: the free-threaded variant below.
 stuck_in_c_blocks_imports = pytest.mark.skipif(
-    FREE_THREADED, reason="free-threaded 3.13: a stop of every interpreter's threads in main "
-    "(as CPython does to import an extension module) waits forever for a worker stuck in "
-    "C; the process hangs instead of replacing the worker")
+    FREE_THREADED, reason="free-threaded builds: creating an interpreter stops every thread, "
+    "so the replacement waits for the C call to return (the free-threaded variant)")
 
 
 def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
@@ -126,6 +126,60 @@ async def test_worker_stuck_in_c_holding_its_gil_is_replaced(pipe):
             assert pool.statistics()["replaced"] == 1
         finally:
             flag[0] = 1  # the abandoned worker returns, and is destroyed at close
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="free-threaded builds only: with a GIL the "
+                    "replacement starts at once (the test above)")
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns(tmp_path, loop_kind):
+    # There creating an interpreter stops every thread of the process, and a
+    # worker in C never stops: the replacement must wait for the call to
+    # return, say why, and keep the event loop running meanwhile. In a child:
+    # a regression would freeze the whole process, pytest's timeout included.
+    proc = run_child(tmp_path, f"""
+        import asyncio, os, time, warnings
+        import aiosubinterp as asi
+        import reviewcorefuncs, workfuncs
+
+        async def main():
+            r, w = os.pipe()
+            flag = asi.SharedBuffer(2)
+            loop = asyncio.get_running_loop()
+            async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:
+                stuck_id = await pool.run(workfuncs.interp_id)
+                task = pool.submit(reviewcorefuncs.hold_gil, flag, w)
+                assert await loop.run_in_executor(None, os.read, r, 1) == b"s"
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.simplefilter("always")
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        print("cancelled", flush=True)
+                    following = pool.submit(workfuncs.interp_id)
+                    deadline = time.monotonic() + 20
+                    while not seen and time.monotonic() < deadline:
+                        await asyncio.sleep(0.01)  # the loop keeps running
+                    print("warned:", [str(m.message) for m in seen], flush=True)
+                    print("done while stuck:", following.done(), flush=True)
+                    flag[0] = 1  # the C call returns: the replacement may start
+                    new_id = await asyncio.wait_for(following, 30)
+                print("new worker:", new_id != stuck_id, pool.statistics()["replaced"], flush=True)
+
+        if "{loop_kind}" == "uvloop":
+            import uvloop
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+        print("exited", flush=True)
+    """, timeout=90)
+    out = proc.stdout
+    assert proc.returncode == 0, (proc.returncode, out, proc.stderr[-3000:])
+    assert "cancelled\n" in out
+    assert "cannot create an interpreter until that call returns" in out
+    assert "done while stuck: False\n" in out
+    assert "new worker: True 1\n" in out
+    assert out.endswith("exited\n")
 
 
 @needs_a_gil_to_hold

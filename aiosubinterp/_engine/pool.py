@@ -128,6 +128,9 @@ class _Engine(_lifecycle.Lifecycle):
     def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
         """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
         _quirks.prime_arg_parsers()  # gh-119213, see _quirks
+        if not _quirks.wait_until_no_worker_is_stuck(self._no_worker_needed):
+            return None, RuntimeError(f"the {self._kind} closed before a new interpreter could "
+                                      "start (a worker given up on was still in a C call)")
         with self._lock:
             setup = self._setup()
         worker = _core.Worker(self._queue, self._bootstrap(), setup, self._max_tasks,
@@ -141,6 +144,12 @@ class _Engine(_lifecycle.Lifecycle):
         if isinstance(failure, tuple):
             return None, rebuild(failure)
         return None, RuntimeError(f"an interpreter failed to start:\n{failure}")
+
+    def _no_worker_needed(self) -> bool:
+        """Closed, or closing with nothing queued: a new worker would serve nothing."""
+        state = self._state
+        return state not in ("starting", "running", "closing") or (
+            state == "closing" and self._queue.qsize() == 0)
 
     def _start_one(self) -> BaseException | None:
         """Start one worker and list it at once, so a task it runs can be cancelled."""
@@ -304,13 +313,17 @@ class _Engine(_lifecycle.Lifecycle):
             if self._workers.pop(worker.serial, None) is None:
                 return
             self._abandoned.append(worker)
+            _quirks.note_abandoned(worker)
             self._replaced += 1
             replace = self._state in ("starting", "running")
             if replace:
                 self._pending_adds += 1
         worker.stop()
         if replace:
-            self._add_worker()
+            # On its own helper: on a free-threaded build the new interpreter
+            # may wait for this one to leave C (_quirks), while the loop
+            # below goes on interrupting it.
+            _admin.spawn(self._add_worker)
         # A delivered interruption can be swallowed: by an `except
         # BaseException`, or by CPython itself when it lands in an importlib
         # callback while the task's module is still being imported ("Exception

@@ -49,6 +49,24 @@ static inline int asi_pipe(int fds[2]) {
 #define ASI_FREE_THREADED 0
 #endif
 
+/* 1 while the thread state `p` (a PyThreadState*) is attached: its thread
+ * runs Python code, or C code that did not release it. 0 while detached
+ * (blocked in a call that released it) or suspended. Only a free-threaded
+ * build needs it: there, CPython stops every thread of every interpreter to
+ * create an interpreter or import an extension module, and an attached
+ * thread in a long C call never stops, so the stop waits (with every other
+ * thread parked) until the call returns. PyThreadState.state is a field of
+ * the public cpython/pystate.h since 3.13; 1 is _Py_THREAD_ATTACHED
+ * (internal pycore_pystate.h). Elsewhere: always 0. */
+#ifdef Py_GIL_DISABLED
+#include "Python.h"
+static inline int asi_ts_attached(void *p) {
+    return __atomic_load_n(&((PyThreadState *)p)->state, __ATOMIC_RELAXED) == 1;
+}
+#else
+static inline int asi_ts_attached(void *p) { (void)p; return 0; }
+#endif
+
 /* Registry of live workers, shared by every interpreter of the process. */
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
