@@ -36,6 +36,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -257,6 +258,7 @@ POOL_KINDS = (
     "aiosubinterp",
     "aiosubinterp-executor",
     "to_thread",
+    "threadpool",
     "procpool-fork",
     "procpool-forkserver",
     "anyio.to_interpreter",
@@ -267,6 +269,20 @@ POOL_KINDS = (
     "stdlib-interpreters",
     "aiointerpreters",
 )
+
+# A free-threaded build (PEP 703, "3.13t"): threads run Python code in
+# parallel, so the thread contenders are the ones to beat there.
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+# Run by default only on such a build (with a GIL, threadpool is to_thread);
+# --only runs them anywhere.
+FREE_THREADED_ONLY = ("threadpool",)
+
+
+def default_selection(names: Sequence[str]) -> list[str]:
+    """The contenders run without --only: `names`, less those of free-threaded builds
+    when this is not one."""
+    return [n for n in names if FREE_THREADED or n not in FREE_THREADED_ONLY]
+
 
 # Contenders that exist only on some Pythons: kind -> a function returning why
 # it cannot run here (None when it can). The parent skips those, with the reason.
@@ -365,6 +381,10 @@ def _executor(kind: str, workers: int, preload: tuple[str, ...]
 
         executor = aiosubinterp.InterpreterPoolExecutor(max_workers=workers, preload=preload)
         return executor, None, f"InterpreterPoolExecutor({workers})", lambda: None
+    if kind == "threadpool":
+        # Plain threads, the free-threaded build's own answer.
+        return (concurrent.futures.ThreadPoolExecutor(max_workers=workers), None,
+                f"concurrent.futures.ThreadPoolExecutor({workers})", lambda: None)
     if kind == "pep734-executor":
         # interpreters-pep-734 (PyPI), the backport of CPython 3.14's
         # InterpreterPoolExecutor: threads that each drive an interpreter.
@@ -970,7 +990,7 @@ def main(
     meta = collect_meta(args.loop)
     if prepare is not None:
         params = prepare(params)
-    chosen = args.only or names
+    chosen = args.only or default_selection(names)
     skipped = {n: reason for n in chosen if (reason := unavailable(n)) is not None}
     for name, reason in skipped.items():
         print(f"[{title}] skipping {name}: {reason}", file=sys.stderr, flush=True)
