@@ -29,3 +29,23 @@ async def until(check, timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+
+
+def collect_until(check, timeout: float = 10.0) -> None:
+    """Collect garbage until check() is true (an object's finalizer ran).
+
+    A pool's helper threads hold it for a moment after its last result can
+    arrive (the one that started the workers, until it returns; a process
+    worker's reader, while it hands over a message): on a free-threaded
+    build truly in parallel with the test.
+    """
+    import gc
+
+    deadline = time.monotonic() + timeout
+    gc.collect()
+    while not check():
+        assert time.monotonic() < deadline, f"not collected within {timeout} s"
+        time.sleep(0.01)
+        gc.collect()
