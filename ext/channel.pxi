@@ -1097,6 +1097,25 @@ cdef class ChannelEnd:
         chan_unlock()
         return adopt_end(self.h)
 
+    def _release(self):
+        """Drop this copy of the end now, as its collection would, without closing
+        the end for its other holders. Only for an object no other thread uses:
+        afterwards it is closed, and every operation on it refuses.
+
+        On a free-threaded build an object whose last reference another thread
+        drops is collected later, by the thread that made it, when that thread
+        next runs Python code: too late for a loop that sleeps in epoll until
+        the end closes.
+        """
+        cdef EndHandle* e = self.h
+        if e == NULL:
+            return
+        self.h = NULL
+        self.c = NULL
+        pthread_mutex_lock(&asi_chan_mu)
+        handle_decref_locked(e)
+        chan_unlock()
+
     def _stats(self):
         """(buffered, maxsize, open senders, open receivers, waiting senders, waiting receivers)."""
         cdef ChanState* c

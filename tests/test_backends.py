@@ -504,6 +504,23 @@ async def test_an_end_kept_by_the_worker_stays_open(backend):
             await asyncio.wait_for(recv.recv(), 30)
 
 
+async def test_the_end_a_task_drops_is_closed_every_time(backend):
+    # A race: ProcessPool keeps a copy of each end it sends to a worker and
+    # drops it on its reader thread once the task ends, possibly after the
+    # loop has gone back to sleep in epoll. On a free-threaded build such an
+    # object is collected by the thread that made it (the loop's), at its
+    # next Python code: the end stayed open and the loop slept on (a hang
+    # under load, often at the first try). The copy is now released at once.
+    async with backend.pool(1) as pool:
+        for _ in range(100):
+            send, recv = asi.open_channel(4)
+            assert await pool.run(procfuncs.send_then_return, send, [1]) == 1
+            del send
+            assert await asyncio.wait_for(recv.recv(), 5) == 1
+            with pytest.raises(asi.EndOfChannel):
+                await asyncio.wait_for(recv.recv(), 5)
+
+
 async def test_ends_through_a_channel_and_back(backend):
     ends_in, ends_out = asi.open_channel(1)
     send, recv = asi.open_channel(1)

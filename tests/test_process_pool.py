@@ -271,3 +271,21 @@ def test_an_interruption_while_waiting_for_a_reply_still_aborts_it():
         assert reader.read()[:2] == (wire.ABORT, 1)
     finally:
         _close_all(things)
+
+
+async def test_a_kept_end_dropped_on_another_thread_closes_while_the_loop_sleeps():
+    # ProcessPool keeps a copy of each end it sends to a worker, made on the
+    # loop's thread, and drops it on its reader thread once the worker is done
+    # with it. On a free-threaded build an object whose last reference another
+    # thread drops is collected by the thread that made it, at its next Python
+    # code: the loop, asleep in epoll waiting for this very end, never woke.
+    send, recv = asi.open_channel(4)
+    async with asi.ProcessPool(1) as pool:
+        keys: list[int] = []
+        pool._share_end(send, keys)
+        del send  # the kept copy is the last one
+        dropper = threading.Timer(0.2, pool._close_key, args=(keys[0],))
+        dropper.start()
+        with pytest.raises(asi.EndOfChannel):
+            await asyncio.wait_for(recv.recv(), 3)
+        dropper.join()

@@ -69,16 +69,23 @@ class EndService:
 
     def _end_for(self, proc: _Proc) -> Callable[[int], object]:
         def resolve(key: int) -> object:
-            end = self._ends.get(key)
-            if end is None or end.closed:
-                raise ChannelClosedError(
-                    "a channel end sent by a worker process was closed meanwhile")
-            copy = end._share()  # the same end the worker passed, not a clone
+            copy = self._copy_of(key)  # the same end the worker passed, not a clone
             if copy is None:
                 raise ChannelClosedError(
                     "a channel end sent by a worker process was closed meanwhile")
             return copy
         return resolve
+
+    def _copy_of(self, key: int) -> Any:
+        """A copy of the kept end `key` for one use (None if gone or closed).
+
+        The kept ends are touched only under the lock, so _close_key can drop
+        its copy at once with _release(): on a free-threaded build the end
+        must not wait for a collection that another thread would run later.
+        """
+        with self._lock:
+            kept = self._ends.get(key)
+            return kept._share() if kept is not None else None
 
     def _close_key(self, key: int, proc: _Proc | None = None, close: bool = False) -> None:
         """Drop our copy of a worker's end; close=True closes the end for every holder."""
@@ -86,8 +93,10 @@ class EndService:
             end = self._ends.pop(key, None)
             if proc is not None:
                 proc.keys.discard(key)
-        if end is not None and close:
-            end._close()
+        if end is not None:
+            if close:
+                end._close()
+            end._release()  # now, on this thread (see _copy_of)
 
     def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
@@ -95,7 +104,12 @@ class EndService:
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             self._reply(proc, rid, ("error", _error_info_plain(exc)))
             return
-        end = self._ends.get(key)
+        if op == "close":
+            self._close_key(key, proc, close=True)
+            self._reply(proc, rid, (_DONE, None))
+            return
+        # This request's own copy, released when it is done (_copy_of).
+        end = self._copy_of(key)
         if end is None:
             self._reply(proc, rid, (_core.CHAN_CLOSED, None))
             return
@@ -110,9 +124,6 @@ class EndService:
             elif op == "recv_nowait":
                 status, _, value = end._recv_nowait()
                 result = (status, value)
-            elif op == "close":
-                self._close_key(key, proc, close=True)
-                result = (_DONE, None)
             elif op == "clone":
                 clone = end._clone()
                 if clone is None:
@@ -130,6 +141,8 @@ class EndService:
                 result = ("error", _error_info_plain(unknown))
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             result = ("error", _error_info_plain(exc))
+        finally:
+            end._release()
         self._reply(proc, rid, result)
 
     async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str,
@@ -154,6 +167,8 @@ class EndService:
             result = (_core.CHAN_BROKEN, None)
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             result = ("error", _error_info_plain(exc))
+        finally:
+            end._release()
         proc.requests.pop(rid, None)
         self._reply(proc, rid, result)
 
