@@ -89,7 +89,7 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 # A version ending in "t" (3.13t) is a free-threaded build: found like the
 # others (scripts/find-python.sh), else 3.13t is built once from Debian's
 # source package into ~/.cache/aiosubinterp/py3.13t (scripts/build-ft.sh,
-# 5-8 min on 2 cores; instant afterwards). Its packages come with
+# 3.6 min on 2 idle cores; instant afterwards). Its packages come with
 # --prefer-binary: fewer projects publish free-threaded (cp313t) wheels, and
 # an older wheel beats a newer sdist that cannot build offline (hypothesis's
 # Rust part fetches crates); uvloop, msgpack, pyyaml and tornado still build

@@ -6,14 +6,13 @@
 #            the oldest patches supported)
 #   chroot:  3.13 (latest patch), 3.14 and 3.15 from Debian unstable, in the
 #            root scripts/pythons.sh provisions (needs root and apt/debootstrap)
-#   3.13t:   the free-threaded build (PEP 703), here, where it is found
-#            (scripts/find-python.sh 3.13t: pyenv, PATH, or the cache of
-#            scripts/build-ft.sh, ~/.cache/aiosubinterp/py3.13t). FT_BUILD=1
-#            builds it first if it is missing (Debian's source package, nice
-#            make -j2: ~6 min on an idle 2-core machine, 17 min seen on a busy
-#            one). Not built by default: on 3.13t a few process-backend tests
-#            hung once in a whole-suite run (not yet explained), and a hang
-#            would sink the whole matrix; the summary says when it was skipped.
+#   3.13t:   the free-threaded build (PEP 703), here (scripts/find-python.sh
+#            3.13t: pyenv, PATH, or the cache of scripts/build-ft.sh,
+#            ~/.cache/aiosubinterp/py3.13t). Built first where it is missing
+#            and the machine can build it (Debian's source package, nice make
+#            -j2: 3.6 min on an idle 2-core machine, its packages ~2.5 min
+#            more without a pip cache; then cached). FT_BUILD=0 skips the
+#            build; the summary says when the free-threaded run was skipped.
 #
 # Every run goes on after a failure; the summary lists each Python, where it
 # ran, its patch and the verdict. A supported minor version that ran nowhere
@@ -109,15 +108,18 @@ for v in "${HERE[@]}"; do
     run_here "$v" "$py" "$(patch_of "$py")"
 done
 
-# 1b. The free-threaded build, here, where it is found (FT_BUILD=1: built
-#     into the cache first if missing).
+# 1b. The free-threaded build, here (built into the cache first if missing).
 ft_note=""
 for v in "${FT[@]}"; do
     if ! py="$(bash scripts/find-python.sh "$v" 2>/dev/null)"; then
-        if [[ "${FT_BUILD:-}" == 1 && "$v" == 3.13t ]] && bash scripts/build-ft.sh available; then
+        if [[ "${FT_BUILD:-1}" != 0 && "$v" == 3.13t ]] && bash scripts/build-ft.sh available; then
+            echo "=== building the free-threaded $v (scripts/build-ft.sh; once, then cached) ==="
             py="$(bash scripts/build-ft.sh build | tail -1)" || { record "$v" here "(build)" FAILED; continue; }
+        elif [[ "${FT_BUILD:-1}" == 0 ]]; then
+            ft_note="$v: not found, and FT_BUILD=0 skips its build"
+            continue
         else
-            ft_note="$v: not built here (FT_BUILD=1 make test, or bash scripts/build-ft.sh build, builds it)"
+            ft_note="$v: not found, and this machine cannot build it (needs cc, make, apt-get: see scripts/build-ft.sh)"
             continue
         fi
     fi
