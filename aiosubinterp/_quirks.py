@@ -172,29 +172,31 @@ def note_abandoned(worker: _core.Worker) -> None:
             _abandoned.add(worker)
 
 
-def _stuck_in_c() -> list[_core.Worker]:
+def _stuck_in_c(probe: float) -> list[_core.Worker]:
     with _abandoned_lock:
         candidates = list(_abandoned)
-    return [w for w in candidates if w.holds_thread_state()]
+    return [w for w in candidates if w.stuck_in_c(probe)]
 
 
-def wait_until_no_worker_is_stuck(closed: Callable[[], bool], poll: float = 0.01) -> bool:
+def wait_until_no_worker_is_stuck(closed: Callable[[], bool], probe: float = 0.05,
+                                  poll: float = 0.01) -> bool:
     """On a free-threaded build, wait before creating an interpreter until no
-    abandoned worker holds its thread state. False if ``closed()`` turned
-    true meanwhile (then create nothing); True at once with a GIL.
+    abandoned worker sits in C. False if ``closed()`` turned true meanwhile
+    (then create nothing); True at once with a GIL.
 
     There CPython stops every thread of every interpreter to create an
     interpreter (and to import an extension module), and a thread in a long
     C call never stops: a creation would park every thread of the process,
     the event loop too, until the call returns. So the replacement waits
-    here, and says why once, instead of freezing the process. A task that
-    catches the interruption and keeps running bytecode also holds its
-    thread state, and delays the replacement the same way.
+    here, and says why once, instead of freezing the process. A worker is in
+    C when it does not take an interruption within ``probe`` seconds
+    (``Worker.stuck_in_c``); a task that catches interruptions in a bytecode
+    loop takes them, and does not delay the replacement.
     """
     if not _FREE_THREADED:
         return True
     warned = False
-    while stuck := _stuck_in_c():
+    while stuck := _stuck_in_c(probe):
         if closed():
             return False
         if not warned:

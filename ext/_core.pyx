@@ -31,8 +31,9 @@ C-level statics (the registry of live workers) are shared by the process.
 #   WorkerState: job, slots, state,     worker.pxi     q.mu; start() moves W_NEW ->
 #     cancel flags, ops pins, run_ts                    W_STARTING by compare-and-swap
 #                                                       (two start() calls at once);
-#                                                       run_ts->state is read
-#                                                       atomically (CPython writes it)
+#                                                       run_ts->state and ->async_exc
+#                                                       are read atomically (CPython
+#                                                       writes them)
 #   worker fields set before start      worker.pxi     none needed: written before the
 #     (serial, interp_id, concurrency)                  thread and the registry see w;
 #                                                       done_tasks and the `state`

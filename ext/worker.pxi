@@ -498,6 +498,23 @@ cdef int worker_interrupt(WorkerState* w, uint64_t tid, double timeout) noexcept
     return interrupt_with_deadline(w, tid, timeout)
 
 
+# worker_c_state(): where the thread running tid stands, on a free-threaded build.
+cdef enum:
+    C_STATE_FREE = 0          # not running tid, gone, or detached (blocked, not in C)
+    C_STATE_ATTACHED = 1      # holds its thread state, no injected exception waiting
+    C_STATE_EXC_PENDING = 2   # holds it, and an injected exception waits: in C
+
+
+cdef int worker_c_state(WorkerState* w, uint64_t tid) noexcept nogil:
+    """C_STATE_* of w's thread for job tid. Caller holds q.mu (run_ts lives under it)."""
+    if (tid == 0 or w.exited or w.run_ts == NULL or w.current_tid != tid
+            or not asi_ts_attached(w.run_ts)):
+        return C_STATE_FREE
+    if asi_ts_exc_pending(w.run_ts):
+        return C_STATE_EXC_PENDING
+    return C_STATE_ATTACHED
+
+
 cdef int worker_claim_interrupt(WorkerState* w, uint64_t tid, bint holding_gil) noexcept nogil:
     """How to interrupt tid on w now (CLAIM_*). Caller holds q.mu.
 
@@ -1045,21 +1062,44 @@ cdef class Worker:
         # GIL: none -> main
         return hit == 1
 
-    def holds_thread_state(self):
-        """True on a free-threaded build while the worker thread is attached.
+    def stuck_in_c(self, double probe):
+        """On a free-threaded build: True if the job this worker runs sits in C.
 
-        Attached: it runs Python code, or C code that did not release its
-        thread state. Such a thread in a long C call blocks CPython's stop of
-        every thread (done to create an interpreter or import an extension
-        module) until the call returns. Always False with a GIL.
+        That is: its thread holds its thread state (it did not release it
+        for a blocking call) and does not take an injected interruption
+        within ``probe`` seconds, as a thread running bytecode does at once.
+        Such a thread blocks CPython's stop of every thread (done to create an
+        interpreter or import an extension module) until its call returns.
+        Interrupts the job to find out: for a worker given up on. Always
+        False with a GIL, or when the worker runs no job.
         """
         cdef WorkerState* w = self.w
-        cdef bint attached = False
+        cdef uint64_t tid
+        cdef int state
+        cdef double deadline
+        if not ASI_FREE_THREADED:
+            return False
         pthread_mutex_lock(&w.q.mu)
-        if w.run_ts != NULL and not w.exited:
-            attached = asi_ts_attached(w.run_ts)
+        tid = w.current_tid
+        state = worker_c_state(w, tid)
         pthread_mutex_unlock(&w.q.mu)
-        return attached
+        if state == C_STATE_FREE:
+            return False
+        if state == C_STATE_ATTACHED:
+            self.interrupt(tid, probe)  # delivered at once (no GIL to wait for)
+        deadline = asi_monotonic() + probe
+        # GIL: main -> none
+        with nogil:
+            pthread_mutex_lock(&w.q.mu)
+            while True:
+                state = worker_c_state(w, tid)
+                if state != C_STATE_EXC_PENDING or asi_monotonic() >= deadline:
+                    break
+                asi_cond_wait_until(&w.q.state_cv, &w.q.mu,
+                                    min(asi_monotonic() + 0.001, deadline))
+            pthread_mutex_unlock(&w.q.mu)
+        # GIL: none -> main
+        return state == C_STATE_EXC_PENDING
 
     def wait_idle(self, uint64_t tid, double timeout):
         """Wait until this worker no longer runs task tid. True if it stopped in time."""

@@ -58,13 +58,22 @@ static inline int asi_pipe(int fds[2]) {
  * thread parked) until the call returns. PyThreadState.state is a field of
  * the public cpython/pystate.h since 3.13; 1 is _Py_THREAD_ATTACHED
  * (internal pycore_pystate.h). Elsewhere: always 0. */
+/* asi_ts_exc_pending: 1 while an exception injected with
+ * PyThreadState_SetAsyncExc waits in that thread state; the thread takes it
+ * (and clears the field) at its next bytecode boundary, so one still
+ * pending after a moment means a thread in C. PyThreadState.async_exc is a
+ * field of the public cpython/pystate.h. */
 #ifdef Py_GIL_DISABLED
 #include "Python.h"
 static inline int asi_ts_attached(void *p) {
     return __atomic_load_n(&((PyThreadState *)p)->state, __ATOMIC_RELAXED) == 1;
 }
+static inline int asi_ts_exc_pending(void *p) {
+    return __atomic_load_n(&((PyThreadState *)p)->async_exc, __ATOMIC_RELAXED) != NULL;
+}
 #else
 static inline int asi_ts_attached(void *p) { (void)p; return 0; }
+static inline int asi_ts_exc_pending(void *p) { (void)p; return 0; }
 #endif
 
 /* Registry of live workers, shared by every interpreter of the process. */

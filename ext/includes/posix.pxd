@@ -39,6 +39,7 @@ cdef extern from "compat.h" nogil:
     size_t ASI_WORKER_STACK_SIZE
     const bint ASI_FREE_THREADED
     bint asi_ts_attached(void* ts)
+    bint asi_ts_exc_pending(void* ts)
     int asi_eventfd()
     int asi_pipe(int fds[2])
     void asi_registry_lock()
