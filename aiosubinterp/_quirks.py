@@ -25,9 +25,11 @@
   the modules it imports), which a thread in a long C call never allows: the
   replacement for a worker stuck in C froze the whole process, event loop
   included. Versions: free-threaded 3.13 (the same code is in 3.14 and main).
-  Proved by: tests/test_review_core.py::test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns
-  and, for a task swallowing interruptions in bytecode (replaced at once),
-  tests/stress/test_stress_faults.py::test_task_that_never_returns_is_timed_out_and_its_worker_replaced.
+  Proved by: tests/test_review_core.py, the test
+  test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns; and
+  for a task swallowing interruptions in bytecode (replaced at once),
+  tests/stress/test_stress_faults.py, the test
+  test_task_that_never_returns_is_timed_out_and_its_worker_replaced.
 
 Worker-side workarounds stay with the code they guard, since workers import
 little: aiosubinterp/_inside/worker.py (REFUSED_ON_312, and the asyncio refusal on
