@@ -98,7 +98,7 @@ fetch_source() {
 }
 
 build() {
-    mkdir -p "$CACHE"
+    mkdir -p "$(dirname "$PREFIX")"  # the cache, or where AIOSUBINTERP_FT_PREFIX points
     exec 8>"$PREFIX.lock"
     flock 8  # one build at a time; a second waits, then finds it done
     if built; then
