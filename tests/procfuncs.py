@@ -130,6 +130,12 @@ def close_kept():
 KEPT: list = []
 
 
+def kept_stats():
+    """(open senders, open receivers) as the first kept end sees them."""
+    stats = KEPT[0].statistics()
+    return stats.open_send_channels, stats.open_receive_channels
+
+
 def send_then_return(send, items):
     """Send items and return without closing: the end dies with the task."""
     for item in items:

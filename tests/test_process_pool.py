@@ -289,3 +289,17 @@ async def test_a_kept_end_dropped_on_another_thread_closes_while_the_loop_sleeps
         with pytest.raises(asi.EndOfChannel):
             await asyncio.wait_for(recv.recv(), 3)
         dropper.join()
+
+
+async def test_a_worker_reads_the_statistics_of_an_end_closed_elsewhere():
+    # As with a local end: closing the end (here, for every holder) leaves
+    # its statistics readable.
+    send, recv = asi.open_channel(4)
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.keep_end, recv)
+        recv.close()
+        local = recv.statistics()
+        assert (local.open_send_channels, local.open_receive_channels) == (1, 0)
+        assert await pool.run(procfuncs.kept_stats) == (1, 0)
+        assert await pool.run(procfuncs.close_kept)
+    send.close()

@@ -108,6 +108,13 @@ class EndService:
             self._close_key(key, proc, close=True)
             self._reply(proc, rid, (_DONE, None))
             return
+        if op == "stats":  # of a closed end too, as a local end gives them
+            with self._lock:
+                kept = self._ends.get(key)
+                stats = kept._stats() if kept is not None else None
+            self._reply(proc, rid, (_DONE, stats) if stats is not None
+                        else (_core.CHAN_CLOSED, None))
+            return
         # This request's own copy, released when it is done (_copy_of).
         end = self._copy_of(key)
         if end is None:
@@ -134,8 +141,6 @@ class EndService:
                         self._ends[new_key] = clone
                         proc.keys.add(new_key)
                     result = (_DONE, new_key)
-            elif op == "stats":
-                result = (_DONE, end._stats())
             else:
                 unknown = ValueError(f"unknown channel operation {op!r}")
                 result = ("error", _error_info_plain(unknown))
