@@ -102,8 +102,9 @@ def test_main_script_without_guard_gives_a_clear_error(tmp_path):
             asyncio.run(main())
     """)
     assert proc.returncode == 0, proc.stderr
-    assert "guard the script's top-level code" in proc.stdout
+    assert proc.stdout.count("guard the script's top-level code") == 1, proc.stdout
     assert "can only be created in the main interpreter" in proc.stdout
+    assert ".." not in proc.stdout
 
 
 def test_worker_cannot_create_pools():

@@ -222,11 +222,13 @@ class Runner:
             module = _marshal.import_main_script(kind, where)
         except BaseException as exc:
             refused = refusal_from(exc)
+            detail = str(refused or exc).rstrip(".")
+            guard = "guard the script's top-level code with `if __name__ == '__main__':`"
             message = (
                 f"a function of the main script {where!r} was sent to a worker, which had to "
-                f"import that script and failed: {type(exc).__name__}: {refused or exc}. "
-                "Keep worker functions in a module that imports cleanly in an interpreter, "
-                "and guard the script's top-level code with `if __name__ == '__main__':`."
+                f"import that script and failed: {type(exc).__name__}: {detail}. Keep worker "
+                "functions in a module that imports cleanly in an interpreter"
+                + ("." if guard in detail else f", and {guard}.")
             )
             if refused is not None:  # keeps its type: fallback="process" looks for it
                 raise _errors_module().ModuleRefusedError(message, name=refused.name) from exc
