@@ -181,10 +181,10 @@ def _stuck_in_c(probe: float) -> list[_core.Worker]:
     return [w for w in candidates if w.stuck_in_c(probe)]
 
 
-def wait_until_no_worker_is_stuck(closed: Callable[[], bool], probe: float = 0.05,
+def wait_until_no_worker_is_stuck(give_up: Callable[[], bool], probe: float = 0.05,
                                   poll: float = 0.01) -> bool:
     """On a free-threaded build, wait before creating an interpreter until no
-    abandoned worker sits in C. False if ``closed()`` turned true meanwhile
+    abandoned worker sits in C. False if ``give_up()`` turned true meanwhile
     (then create nothing); True at once with a GIL.
 
     There CPython stops every thread of every interpreter to create an
@@ -200,7 +200,7 @@ def wait_until_no_worker_is_stuck(closed: Callable[[], bool], probe: float = 0.0
         return True
     warned = False
     while stuck := _stuck_in_c(probe):
-        if closed():
+        if give_up():
             return False
         if not warned:
             warned = True

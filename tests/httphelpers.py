@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import urllib.request
 from typing import Any
@@ -25,3 +26,21 @@ async def get_json(client: Any, path: str, **params: Any) -> Any:
     async with client.get(path, params=params) as r:
         assert r.status == 200, await r.text()
         return await r.json()
+
+
+async def check_primes_in_mode(client: Any, ex: Any, mode: str) -> None:
+    """An example app served in --mode `mode`: /primes, /stats and /stream answer right.
+
+    The modes bench_http.py compares with the default (interpreters); `ex`
+    is the example's module (its make_app and its work module).
+    """
+    results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
+    assert results == [{"n": 1000, "primes": 168}] * 4
+    described = await get_json(client, "/stats")
+    assert described["mode"] == mode
+    if mode == "processes":
+        assert described["cpu_pool"]["size"] == 2
+    else:
+        assert described["cpu_pool"] is None
+    async with client.get("/stream", params={"count": 3, "size": 100}) as r:
+        assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))

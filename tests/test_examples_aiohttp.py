@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohelpers import until
 from aiohttp import web
-from httphelpers import free_port, get, get_json
+from httphelpers import check_primes_in_mode, free_port, get, get_json
 
 import aiosubinterp
 
@@ -91,16 +91,7 @@ async def test_primes_and_ping(ex):
 async def test_primes_in_the_other_modes(ex, mode):
     # The modes bench_http.py compares with the default (interpreters).
     async with serving(ex, mode=mode) as (_, client):
-        results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
-        assert results == [{"n": 1000, "primes": 168}] * 4
-        described = await get_json(client, "/stats")
-        assert described["mode"] == mode
-        if mode == "processes":
-            assert described["cpu_pool"]["size"] == 2
-        else:
-            assert described["cpu_pool"] is None
-        async with client.get("/stream", params={"count": 3, "size": 100}) as r:
-            assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
+        await check_primes_in_mode(client, ex, mode)
     with pytest.raises(ValueError, match="unknown mode 'fork'"):
         ex.make_app(mode="fork")
 
