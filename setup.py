@@ -34,7 +34,9 @@ if SANITIZE not in {"", "address"}:
 compile_args = ["-Wno-unused-function"]
 link_args: list[str] = []
 if DEBUG:
-    compile_args += ["-O0", "-g", "-UNDEBUG"]
+    # ASI_CHECK_LOCK_ORDER: abort on a mutex taken out of the one order
+    # (ext/includes/lockorder.h).
+    compile_args += ["-O0", "-g", "-UNDEBUG", "-DASI_CHECK_LOCK_ORDER"]
 else:
     compile_args += ["-O2"]
 if SANITIZE:

@@ -126,6 +126,38 @@ include "interp.pxi"
 include "worker.pxi"
 include "channel.pxi"
 
+# Rank the process-wide mutexes (ext/includes/lockorder.h; a no-op unless the
+# debug build checks the lock order). Every interpreter's import repeats it.
+asi_mutex_rank_static(&asi_chan_mu, ASI_RANK_CHAN, "asi_chan_mu (every channel)")
+asi_mutex_rank_static(&asi_orphan_mu, ASI_RANK_ORPHAN, "asi_orphan_mu (orphaned ends)")
+asi_mutex_rank_static(&asi_share_mu, ASI_RANK_SHARE, "asi_share_mu (shares)")
+asi_mutex_rank_static(&asi_registry_mu, ASI_RANK_REGISTRY, "asi_registry_mu (live workers)")
+LOCK_ORDER_CHECKED = bool(ASI_LOCK_ORDER_CHECKED)
+
+
+def _lock_order_selftest(gil=False):
+    """Break the lock order on purpose: a debug build aborts, naming both locks.
+
+    Takes a queue-ranked mutex, then asi_chan_mu (or, if gil is true, this
+    interpreter's GIL again). Returns LOCK_ORDER_CHECKED where nothing aborted
+    (a release build). For tests/test_locks_and_timeouts.py only.
+    """
+    cdef pthread_mutex_t mu
+    cdef PyThreadState* ts
+    asi_mutex_init(&mu, ASI_RANK_QUEUE, "q.mu (a test queue)")
+    pthread_mutex_lock(&mu)
+    if gil:
+        # GIL: this interpreter's -> none
+        ts = PyEval_SaveThread()
+        # GIL: none -> this interpreter's (holding mu: what the check forbids)
+        PyEval_RestoreThread(ts)
+    else:
+        chan_lock()
+        chan_unlock()
+    pthread_mutex_unlock(&mu)
+    pthread_mutex_destroy(&mu)
+    return LOCK_ORDER_CHECKED
+
 JOB_KIND_CALL = JOB_CALL
 JOB_KIND_EXEC = JOB_EXEC
 STATUS_OK = DONE_OK

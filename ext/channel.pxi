@@ -169,30 +169,43 @@ cdef void chan_orphan_end(int64_t p, int64_t kind) noexcept nogil:
     pthread_mutex_unlock(&asi_orphan_mu)
 
 
+cdef inline void chan_lock() noexcept nogil:
+    """Take asi_chan_mu (released by chan_unlock)."""
+    global asi_chan_mine
+    pthread_mutex_lock(&asi_chan_mu)
+    asi_chan_mine = 1
+
+
 cdef void chan_unlock() noexcept nogil:
-    """Release asi_chan_mu, then close the ends of discarded blobs (which may discard more)."""
-    global asi_orphan_head
+    """Release asi_chan_mu, then close the ends of discarded blobs (which may
+    discard more), then schedule main's share releases deferred meanwhile."""
+    global asi_orphan_head, asi_chan_mine, asi_main_release_due
     cdef OrphanEnd* o
     cdef OrphanEnd* nxt
+    asi_chan_mine = 0
     pthread_mutex_unlock(&asi_chan_mu)
     while asi_load_ptr(&asi_orphan_head) != NULL:
         pthread_mutex_lock(&asi_orphan_mu)
         o = <OrphanEnd*>asi_orphan_head
         asi_orphan_head = NULL
         pthread_mutex_unlock(&asi_orphan_mu)
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         while o != NULL:
             nxt = o.next
             handle_decref_locked(o.h)
             free(o)
             o = nxt
+        asi_chan_mine = 0
         pthread_mutex_unlock(&asi_chan_mu)
+    if asi_main_release_due:
+        asi_main_release_due = 0
+        schedule_main_release()
 
 
 cdef void chan_release_orphans() noexcept nogil:
     """Close the ends of blobs discarded outside the channel lock. Caller holds no channel lock."""
     if asi_load_ptr(&asi_orphan_head) != NULL:
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         chan_unlock()
 
 
@@ -535,7 +548,7 @@ cdef void chan_interrupt_thread(unsigned long ident) noexcept nogil:
     the injected exception fires.
     """
     cdef ChanOp* op
-    pthread_mutex_lock(&asi_chan_mu)
+    chan_lock()
     op = <ChanOp*>asi_chan_sync_head
     while op != NULL:
         if op.ident == ident:
@@ -606,7 +619,7 @@ cdef void op_free(ChanOp* op) noexcept nogil:
     cdef int i
     cdef ChanItem* item
     cdef HubState* h = op.hub
-    pthread_mutex_lock(&asi_chan_mu)
+    chan_lock()
     if op.state == OPS_WAITING:
         op_withdraw(op)
         op.state = OPS_CANCELLED
@@ -638,7 +651,7 @@ cdef int op_wait_blocking(ChanOp* op, double deadline) noexcept nogil:
     No GIL held; takes asi_chan_mu. Returns op's status, CH_TIMEOUT or CH_INTERRUPTED.
     """
     cdef int st
-    pthread_mutex_lock(&asi_chan_mu)
+    chan_lock()
     while op.state == OPS_WAITING and not op.interrupted:
         if deadline >= 0:
             if asi_cond_wait_until(&op.cv, &asi_chan_mu, deadline) == ETIMEDOUT:
@@ -682,7 +695,7 @@ cdef class ChannelOp:
     def status(self):
         """CH_* once committed, else 0."""
         cdef int st
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         st = self.op.status if self.op.state == OPS_DONE else 0
         chan_unlock()
         return st
@@ -696,7 +709,7 @@ cdef class ChannelOp:
         """Withdraw if still waiting: True means nothing happened; False: it was committed."""
         cdef bint withdrawn = False
         cdef ChanItem* item
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         if self.op.state == OPS_WAITING:
             op_withdraw(self.op)
             self.op.state = OPS_CANCELLED
@@ -715,7 +728,7 @@ cdef class ChannelOp:
         cdef ChanItem* item
         cdef int st
         cdef int idx
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         item = self.op.item if self.op.kind == CH_RECV else NULL
         if item != NULL:
             self.op.item = NULL
@@ -732,7 +745,7 @@ cdef class ChannelOp:
 
     def unget(self):
         """Put a received but unclaimed item back at the front of its channel."""
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         op_unget_locked(self.op)
         chan_unlock()
 
@@ -759,7 +772,7 @@ cdef object adopt_end(EndHandle* e):
         cls = send_cls if e.kind == CH_SEND else recv_cls
         end = cls.__new__(cls)
     except BaseException:
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         handle_decref_locked(e)
         chan_unlock()
         raise
@@ -802,7 +815,7 @@ cdef int chan_try_encode_end(Buf* b, object obj) except -1:
     end = <ChannelEnd>obj
     end.check()
     buf_reserve(b, 17)  # before the copy is counted: running out of memory leaks nothing
-    pthread_mutex_lock(&asi_chan_mu)
+    chan_lock()
     if end.h.closed:
         chan_unlock()
         raise_end_closed(end)
@@ -855,7 +868,7 @@ def open_channel_ends(maxsize):
     re.c = c
     re.kind = CH_RECV
     re.refs = 1
-    pthread_mutex_lock(&asi_chan_mu)
+    chan_lock()
     asi_chan_ids += 1
     c.id = asi_chan_ids
     chan_unlock()
@@ -939,7 +952,7 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         if mode == 1:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         index = any_closed(ends, n)
         if index >= 0:
             chan_unlock()
@@ -1031,7 +1044,7 @@ cdef class ChannelEnd:
             return
         self.h = NULL
         self.c = NULL
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         handle_decref_locked(e)
         chan_unlock()
 
@@ -1044,7 +1057,7 @@ cdef class ChannelEnd:
     def _close(self):
         """Close this end for every holder of it; True if it was open."""
         self.check()
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         if self.h.closed:
             chan_unlock()
             return False
@@ -1058,7 +1071,7 @@ cdef class ChannelEnd:
         cdef bint closed
         if self.h == NULL:
             return True
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         closed = self.h.closed
         chan_unlock()
         return closed
@@ -1077,7 +1090,7 @@ cdef class ChannelEnd:
         cdef EndHandle* e
         self.check()
         e = handle_alloc(self.c, self.kind)
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         if self.h.closed:
             chan_unlock()
             free(e)
@@ -1089,7 +1102,7 @@ cdef class ChannelEnd:
     def _share(self):
         """Another copy of this same end (closing either closes both), or None if it is closed."""
         self.check()
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         if self.h.closed:
             chan_unlock()
             return None
@@ -1112,7 +1125,7 @@ cdef class ChannelEnd:
             return
         self.h = NULL
         self.c = NULL
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         handle_decref_locked(e)
         chan_unlock()
 
@@ -1124,7 +1137,7 @@ cdef class ChannelEnd:
         c = self.c
         # C values under the lock, Python objects after it (a collection
         # started by an allocation must not run with asi_chan_mu held).
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         s[0] = c.count
         s[1] = c.maxsize
         s[2] = c.senders
@@ -1158,7 +1171,7 @@ cdef class ChannelEnd:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
         item = item_encode(obj)
-        pthread_mutex_lock(&asi_chan_mu)
+        chan_lock()
         if self.h.closed:
             st = CH_CLOSED
         else:

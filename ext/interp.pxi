@@ -120,16 +120,24 @@ cdef bint interp_interrupt(WorkerState* w, uint64_t tid) noexcept nogil:
     # sub GIL already kept the worker still; on a free-threaded build
     # (Py_GIL_DISABLED) attaching does not stop the worker, and only the
     # lock orders the two. SetAsyncExc takes CPython's runtime head lock and
-    # stops no world; chan_interrupt_thread takes asi_chan_mu, and no path
-    # takes q.mu while holding asi_chan_mu.
+    # stops no world.
     pthread_mutex_lock(&w.q.mu)
     claim = worker_claim_interrupt(w, tid, True)
     if claim == CLAIM_INJECT:
         PyThreadState_SetAsyncExc(w.ident, PyExc_KeyboardInterrupt)
+    pthread_mutex_unlock(&w.q.mu)
+    if claim == CLAIM_INJECT:
         # A task blocked in a channel's send_sync/recv_sync sits in C: wake it
         # so it returns to bytecode, where the exception fires (channel.pxi).
+        # After q.mu, never under it: the lock order is asi_chan_mu before
+        # q.mu (a channel item discarded under asi_chan_mu releases a
+        # worker's share, which takes its q.mu), and taking asi_chan_mu here
+        # under q.mu deadlocked the whole process (review 2026-12-04, R1).
+        # Still under the worker's GIL, so a wait the task registers after
+        # this call first runs bytecode, where the exception fires. Waking a
+        # wait of a later task of this thread (this task ended meanwhile) is
+        # harmless: CH_INTERRUPTED makes send_sync/recv_sync wait again.
         chan_interrupt_thread(w.ident)
-    pthread_mutex_unlock(&w.q.mu)
     PyThreadState_Clear(ts)
     # GIL: sub -> none
     PyThreadState_DeleteCurrent()
@@ -197,7 +205,7 @@ cdef int interrupt_with_deadline(WorkerState* w, uint64_t tid, double timeout) n
     cdef int result
     if op == NULL:
         return 0
-    pthread_mutex_init(&op.mu, NULL)
+    asi_mutex_init(&op.mu, ASI_RANK_INTERRUPT, "op.mu (an interruption)")
     asi_cond_init(&op.cv)
     op.w = w
     op.tid = tid

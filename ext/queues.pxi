@@ -78,7 +78,7 @@ cdef JobQueue* queue_new() except NULL:
     cdef JobQueue* q = <JobQueue*>calloc(1, sizeof(JobQueue))
     if q == NULL:
         raise_no_memory()
-    pthread_mutex_init(&q.mu, NULL)
+    asi_mutex_init(&q.mu, ASI_RANK_QUEUE, "q.mu (a job queue)")
     asi_cond_init(&q.cv)
     asi_cond_init(&q.state_cv)
     q.refs = 1

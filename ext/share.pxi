@@ -191,7 +191,7 @@ cdef void owner_kill(ShareOwner* o) noexcept:
 
 cdef void rec_decref(ShareRec* rec) noexcept nogil:
     """Drop one reference; the last one sends the record home. Any interpreter's GIL (or none)."""
-    global asi_share_live, asi_share_orphans, asi_shared_mem_live
+    global asi_share_live, asi_share_orphans, asi_shared_mem_live, asi_main_release_due
     cdef ShareOwner* o = rec.owner
     cdef bint schedule = False
     pthread_mutex_lock(&asi_share_mu)
@@ -219,10 +219,20 @@ cdef void rec_decref(ShareRec* rec) noexcept nogil:
         pthread_cond_broadcast(&o.q.cv)
         pthread_mutex_unlock(&o.q.mu)
     pthread_mutex_unlock(&asi_share_mu)
+    if schedule:
+        if asi_chan_mine:
+            asi_main_release_due = 1  # chan_unlock() schedules it, mutex-free
+        else:
+            schedule_main_release()
+
+
+cdef void schedule_main_release() noexcept nogil:
+    """Ask main to release its pending shares. Called holding none of our mutexes:
+    Py_AddPendingCall takes CPython's own lock and may re-attach this thread."""
     # The cast is sound: CPython runs pending calls holding main's GIL (Cython warns).
-    if schedule and Py_AddPendingCall(<int (*)(void*) noexcept nogil>main_pending_release, NULL) != 0:
+    if Py_AddPendingCall(<int (*)(void*) noexcept nogil>main_pending_release, NULL) != 0:
         pthread_mutex_lock(&asi_share_mu)
-        o.pending_call = 0  # queue full: the next submit or hub drain releases it
+        main_owner().pending_call = 0  # queue full: the next submit or hub drain releases it
         pthread_mutex_unlock(&asi_share_mu)
 
 
@@ -362,7 +372,7 @@ cdef SharedMem* shm_new(Py_ssize_t size) except NULL:
             raise_no_memory(f"SharedBuffer: cannot allocate {size} bytes")
     m.size = size
     m.refs = 1
-    pthread_mutex_init(&m.mu, NULL)
+    asi_mutex_init(&m.mu, ASI_RANK_SHARED_LOCK, "m.mu (shared memory or a SharedLock)")
     asi_cond_init(&m.cv)
     pthread_mutex_lock(&asi_share_mu)
     asi_shared_mem_live += 1
@@ -471,8 +481,9 @@ cdef class SharedLock:
         cdef double deadline = 0
         if not blocking and timeout != -1:
             raise ValueError("can't specify a timeout for a non-blocking call")
-        if timeout < 0 and timeout != -1:
-            raise ValueError("timeout value must be a non-negative number")
+        if not (timeout >= 0 or timeout == -1):  # NaN too: it never compares
+            raise ValueError("timeout value must be a non-negative number of seconds, -1 or "
+                             f"math.inf for no limit, got {timeout!r}")
         pthread_mutex_lock(&m.mu)
         if not m.locked:
             m.locked = 1
@@ -481,6 +492,9 @@ cdef class SharedLock:
         if got or not blocking:
             return got
         if timeout >= 0:
+            # math.inf, or a timeout beyond what a clock can represent, gives
+            # a deadline past ASI_DEADLINE_HORIZON: asi_cond_wait_until then
+            # waits without a limit (aiosubinterp/_timeouts.py's rule).
             deadline = asi_monotonic() + timeout
         # GIL: any -> none (wait for the holder, who may need this GIL to finish)
         with nogil:

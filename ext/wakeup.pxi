@@ -129,7 +129,7 @@ cdef class Hub:
         cdef HubState* h = <HubState*>calloc(1, sizeof(HubState))
         if h == NULL:
             raise_no_memory()
-        pthread_mutex_init(&h.mu, NULL)
+        asi_mutex_init(&h.mu, ASI_RANK_HUB, "h.mu (a completion hub)")
         h.refs = 1
         if not use_pipe and ASI_HAVE_EVENTFD:
             h.rfd = asi_eventfd()

@@ -17,7 +17,7 @@ import math
 import sys
 from typing import Any, Self
 
-from aiosubinterp import _core
+from aiosubinterp import _core, _timeouts
 from aiosubinterp._errors import (
     BrokenChannelError,
     ChannelClosedError,
@@ -70,14 +70,14 @@ def _check_not_on_loop(what: str, instead: str) -> None:
 
 
 def _deadline(timeout: float | None) -> float:
-    if timeout is None:
+    """The C core's deadline for a timeout (the one rule: aiosubinterp/_timeouts.py).
+
+    -1 for no limit (None, math.inf, or a timeout too large for any clock).
+    """
+    limit = _timeouts.optional_seconds(timeout)
+    if limit is None:
         return -1.0
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0 or (
-        timeout != timeout
-    ):
-        raise ValueError("timeout must be None or a non-negative number of seconds, got "
-                         f"{timeout!r}")
-    return _core.monotonic() + timeout
+    return _core.monotonic() + limit
 
 
 def _defer_cancel(exc: BaseException) -> None:

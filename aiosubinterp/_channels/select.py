@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiosubinterp import _core
+from aiosubinterp import _core, _timeouts
 from aiosubinterp._channels import ends as _channel
 from aiosubinterp._channels.ends import RecvChannel, recv_error
 
@@ -64,13 +64,12 @@ async def select(
     item (one handed over at the same moment goes back to its channel).
     """
     ends = _ends(receivers)
-    deadline = _channel._deadline(timeout)  # validates
+    limit = _timeouts.optional_seconds(timeout)
     status, index, value = _core.select_nowait(ends)
     if status != _WOULDBLOCK:
         return _outcome(ends, status, index, value)
-    if timeout is not None and timeout <= 0:
+    if limit is not None and limit <= 0:
         raise TimeoutError("select(): nothing was ready (timeout=0)")
-    del deadline
     loop, hub = _channel._async_env("aiosubinterp.select()")
     op = _core.select_begin(ends, hub.core)
     if op.__class__ is tuple:
@@ -78,7 +77,7 @@ async def select(
     fut = loop.create_future()
     op.waiter = fut
     hub.pending[op.token] = op
-    timer = loop.call_later(timeout, _expire, op, fut, hub) if timeout is not None else None
+    timer = loop.call_later(limit, _expire, op, fut, hub) if limit is not None else None
     try:
         status = await fut
     except BaseException:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import _base
 from typing import Any
 
-from aiosubinterp import _core
+from aiosubinterp import _core, _timeouts
 from aiosubinterp._engine import futures as _futures
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
@@ -310,7 +310,7 @@ class _WorkerThread:
         return not self._closed.done()
 
     def join(self, timeout: float | None = None) -> None:
-        concurrent.futures.wait([self._closed], timeout)
+        concurrent.futures.wait([self._closed], _timeouts.executor_timeout(timeout))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {'alive' if self.is_alive() else 'stopped'}>"
@@ -551,7 +551,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
 
     def _map(self, fn: Callable[..., Any], calls: Iterator[tuple[Any, ...]],
              timeout: float | None, buffersize: int | None) -> Iterator[Any]:
-        end = None if timeout is None else timeout + time.monotonic()
+        limit = _timeouts.executor_timeout(timeout)
+        end = None if limit is None else limit + time.monotonic()
         if buffersize is None:
             futures = collections.deque(self.submit(fn, *args) for args in calls)
         else:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import _base
 from typing import Any, Protocol
 
-from aiosubinterp import _core
+from aiosubinterp import _core, _timeouts
 
 __all__ = ["Future"]
 
@@ -96,6 +96,7 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         return self._state == _CANCELLED or self._state == _CANCELLED_AND_NOTIFIED
 
     def result(self, timeout: float | None = None) -> Any:
+        timeout = _timeouts.executor_timeout(timeout)
         if self._state == _FINISHED:
             if self._exception is not None:
                 try:
@@ -106,6 +107,7 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        timeout = _timeouts.executor_timeout(timeout)
         if self._state == _FINISHED:
             return self._exception
         return super().exception(timeout)

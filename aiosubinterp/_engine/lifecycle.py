@@ -35,7 +35,7 @@ import warnings
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any, Self, cast
 
-from aiosubinterp import _core, _quirks
+from aiosubinterp import _core, _quirks, _timeouts
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine.task import Task
@@ -135,10 +135,8 @@ class Lifecycle:
                 isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
             raise ValueError(f"{max_tasks_name} must be None or a positive int, "
                              f"got {max_tasks!r}")
-        if (isinstance(cancel_grace, bool) or not isinstance(cancel_grace, (int, float))
-                or not cancel_grace >= 0):  # NaN too: it would make a cancel wait forever
-            raise ValueError("cancel_grace must be a non-negative number of seconds, got "
-                             f"{cancel_grace!r}")
+        # NaN would make a cancel wait forever; math.inf means "never replace".
+        grace = _timeouts.seconds(cancel_grace, "cancel_grace")
         self._size = size
         self._concurrency = concurrency
         self._preload = names
@@ -150,7 +148,7 @@ class Lifecycle:
             except Exception as exc:
                 raise _marshal.explain_unshareable(initializer, initargs, {}, exc) from exc
         self._max_tasks = max_tasks or 0
-        self._grace = float(cancel_grace)
+        self._grace = grace
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._state = "new"  # new, starting, running, broken, closing, closed

@@ -14,8 +14,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from aiosubinterp import _core
-from aiosubinterp._channels.ends import ChannelStatistics, _deadline, recv_error, send_error
+from aiosubinterp import _core, _timeouts
+from aiosubinterp._channels.ends import ChannelStatistics, recv_error, send_error
 from aiosubinterp._errors import ChannelClosedError, EndOfChannel, NotShareableError
 
 __all__ = ["ProxyRecvChannel", "ProxySendChannel", "adopt"]
@@ -132,8 +132,7 @@ class ProxySendChannel(_ProxyEnd):
 
     def send_sync(self, value: object, timeout: float | None = None) -> None:
         """Send value, blocking until a receiver has room for it; as SendChannel.send_sync()."""
-        _deadline(timeout)
-        status, _ = self._call("send", value, timeout)
+        status, _ = self._call("send", value, _timeouts.optional_seconds(timeout))
         if status == _DONE:
             return
         if status == _TIMEOUT:
@@ -169,8 +168,7 @@ class ProxyRecvChannel(_ProxyEnd):
 
     def recv_sync(self, timeout: float | None = None) -> Any:
         """Receive the next item, blocking until one is sent; as RecvChannel.recv_sync()."""
-        _deadline(timeout)
-        status, value = self._call("recv", timeout)
+        status, value = self._call("recv", _timeouts.optional_seconds(timeout))
         if status == _DONE:
             return value
         if status == _TIMEOUT:

@@ -76,10 +76,20 @@ static inline int asi_ts_attached(void *p) { (void)p; return 0; }
 static inline int asi_ts_exc_pending(void *p) { (void)p; return 0; }
 #endif
 
+#include "lockorder.h"
+
+/* 1 while this thread holds asi_chan_mu (chan_lock/chan_unlock in
+ * channel.pxi). A share release that must schedule a call in main
+ * (Py_AddPendingCall, which may park and re-attach this thread, taking its
+ * GIL) is deferred while it is set: asi_main_release_due, run by chan_unlock
+ * once the mutex is free (review 2026-12-04, U1). */
+static __thread int asi_chan_mine = 0;
+static __thread int asi_main_release_due = 0;
+
 /* Registry of live workers, shared by every interpreter of the process. */
 static pthread_mutex_t asi_registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static inline void asi_registry_lock(void) { pthread_mutex_lock(&asi_registry_mu); }
-static inline void asi_registry_unlock(void) { pthread_mutex_unlock(&asi_registry_mu); }
+static inline void asi_registry_lock(void) { asi_mutex_lock(&asi_registry_mu); }
+static inline void asi_registry_unlock(void) { asi_mutex_unlock(&asi_registry_mu); }
 /* The creation lock. A worker start holds it from creating its interpreter
  * to starting its thread (asi_create_begin/end); the exit sweep takes it
  * exclusively (asi_create_lock/unlock), so it sees every interpreter that
@@ -126,23 +136,47 @@ static inline double asi_monotonic(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Deadlines further ahead than this (seconds, about 31 years) mean "no time
+ * limit": the wait is untimed. Python-side callers turn math.inf and any
+ * timeout past threading.TIMEOUT_MAX into such a deadline
+ * (aiosubinterp/_timeouts.py); this bound also keeps every deadline that
+ * does reach pthread_cond_timedwait representable in a time_t. */
+#define ASI_DEADLINE_HORIZON 1e9
+
 /* Wait on cv until the absolute monotonic time `deadline` (seconds).
- * Returns 0 when signalled (or spuriously woken), ETIMEDOUT when the deadline passed. */
+ * Returns 0 when signalled (or spuriously woken), ETIMEDOUT when the deadline
+ * passed; never anything else. A deadline that is not finite (inf; NaN is
+ * refused by the callers, and treated the same here) or beyond the horizon
+ * waits untimed: converting it to a time_t is undefined and gave a negative
+ * tv_nsec, for which glibc returns EINVAL without ever unlocking the mutex,
+ * and every caller then spun holding it (review 2026-12-04, R2). */
 static inline int asi_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline) {
+    double now = asi_monotonic();
+    int rc;
+    if (!(deadline - now <= ASI_DEADLINE_HORIZON)) {
+        pthread_cond_wait(cv, mu);
+        return 0;
+    }
+    if (deadline <= now) return ETIMEDOUT;
 #if defined(__APPLE__)
-    double left = deadline - asi_monotonic();
-    if (left <= 0) return ETIMEDOUT;
+    double left = deadline - now;
     struct timespec rel;
     rel.tv_sec = (time_t)left;
     rel.tv_nsec = (long)((left - (double)rel.tv_sec) * 1e9);
-    return pthread_cond_timedwait_relative_np(cv, mu, &rel);
+    if (rel.tv_nsec < 0) rel.tv_nsec = 0;
+    if (rel.tv_nsec >= 1000000000L) { rel.tv_sec += 1; rel.tv_nsec = 0; }
+    rc = pthread_cond_timedwait_relative_np(cv, mu, &rel);
 #else
     struct timespec ts;
     ts.tv_sec = (time_t)deadline;
     ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec += 1; ts.tv_nsec -= 1000000000L; }
-    return pthread_cond_timedwait(cv, mu, &ts);
+    if (ts.tv_nsec < 0) ts.tv_nsec = 0;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec += 1; ts.tv_nsec = 0; }
+    rc = pthread_cond_timedwait(cv, mu, &ts);
 #endif
+    /* Anything but a time-out counts as a wake-up: the callers re-check
+     * their condition, and the arguments above can no longer be invalid. */
+    return rc == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
 /* Spinning: an idle worker polls its queue briefly before it sleeps, so a

@@ -14,10 +14,6 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_attr_destroy(pthread_attr_t*)
     int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*) noexcept nogil, void*)
     int pthread_join(pthread_t, void**)
-    int pthread_mutex_init(pthread_mutex_t*, const void*)
-    int pthread_mutex_destroy(pthread_mutex_t*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
     int pthread_cond_destroy(pthread_cond_t*)
     int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
     int pthread_cond_signal(pthread_cond_t*)
@@ -35,6 +31,23 @@ cdef extern from "<errno.h>" nogil:
     int ETIMEDOUT
 
 cdef extern from "compat.h" nogil:
+    # Our mutexes go through lockorder.h: ranked, and in debug builds
+    # (AIOSUBINTERP_DEBUG=1) checked for the one lock order.
+    int pthread_mutex_lock "asi_mutex_lock"(pthread_mutex_t*)
+    int pthread_mutex_unlock "asi_mutex_unlock"(pthread_mutex_t*)
+    int pthread_mutex_destroy "asi_mutex_destroy"(pthread_mutex_t*)
+    int asi_mutex_init(pthread_mutex_t*, int rank, const char* name)
+    void asi_mutex_rank_static(pthread_mutex_t*, int rank, const char* name)
+    const bint ASI_LOCK_ORDER_CHECKED
+    enum:
+        ASI_RANK_CHAN
+        ASI_RANK_ORPHAN
+        ASI_RANK_SHARE
+        ASI_RANK_QUEUE
+        ASI_RANK_REGISTRY
+        ASI_RANK_HUB
+        ASI_RANK_INTERRUPT
+        ASI_RANK_SHARED_LOCK
     int ASI_HAVE_EVENTFD
     size_t ASI_WORKER_STACK_SIZE
     const bint ASI_FREE_THREADED
@@ -42,6 +55,9 @@ cdef extern from "compat.h" nogil:
     bint asi_ts_exc_pending(void* ts)
     int asi_eventfd()
     int asi_pipe(int fds[2])
+    pthread_mutex_t asi_registry_mu
+    int asi_chan_mine
+    int asi_main_release_due
     void asi_registry_lock()
     void asi_registry_unlock()
     void asi_create_lock()
