@@ -3,7 +3,8 @@
 Metadata lives in pyproject.toml; this file only declares the extension and
 its build switches (environment variables, read at build time):
 
-    AIOSUBINTERP_DEBUG=1            -O0 -g, assert() enabled (-UNDEBUG)
+    AIOSUBINTERP_DEBUG=1            -O0 -g, assert() enabled (-UNDEBUG), and the lock
+                                    order checked (ASI_CHECK_LOCK_ORDER: ext/includes/lockorder.h)
     AIOSUBINTERP_SANITIZE=address   -fsanitize=address at compile and link time
                                     (run with LD_PRELOAD=$(gcc -print-file-name=libasan.so)
                                     since python itself is not instrumented)

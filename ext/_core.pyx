@@ -75,6 +75,9 @@ C-level statics (the registry of live workers) are shared by the process.
 #   Cython's per-interpreter module     generated      Cython's own locking; setup.py
 #     state table                                       adds the bounds check it lacks
 #
+# The order in which these mutexes may be taken is one table, in
+# ext/includes/lockorder.h; debug builds (AIOSUBINTERP_DEBUG=1) check it.
+#
 # Locks stay pthread mutexes, not PyMutex: each is shared by several
 # interpreters and by threads with no thread state, which PyMutex serves too,
 # but they predate it and the rule below makes them safe. A thread attached to

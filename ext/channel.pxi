@@ -9,9 +9,12 @@
 # critical sections are a few pointer moves, and a single lock makes select
 # trivially atomic (an operation waiting on several channels is committed or
 # withdrawn on all of them at once, with no lock ordering between channels).
-# Lock order: a thread may take asi_chan_mu while holding some interpreter's
-# GIL, and a hub's mutex while holding asi_chan_mu; it never waits for a GIL
-# while holding asi_chan_mu.
+# Lock order (ext/includes/lockorder.h, checked by debug builds): a thread
+# may take asi_chan_mu while holding some interpreter's GIL; under it, the
+# orphan, share, queue and hub mutexes (discarding an item under it releases
+# a worker's share: asi_share_mu, then that worker's q.mu). So nothing takes
+# asi_chan_mu while holding any of those, and nothing waits for a GIL while
+# holding asi_chan_mu.
 #
 # Waiters ("ops"): a send or a receive (or a select over several receive
 # ends) that cannot complete now registers a ChanOp with one ChanLink per

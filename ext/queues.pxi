@@ -177,6 +177,31 @@ cdef void queue_wake_session(JobQueue* q, WorkerState* skip) noexcept nogil:
         w = w.next_in_queue
 
 
+cdef int encode_copyable(Buf* b, object value, str refusal) except -1:
+    """Encode value into b, for a blob that is copied and each copy decoded once.
+
+    No reference may cross that way: a share, fd or channel end in it would be
+    adopted once per copy (a double release), so such a value raises
+    TypeError(refusal). On any failure b is freed and what it held dropped.
+    """
+    b.data = NULL
+    b.size = 0
+    b.cap = 0
+    try:
+        encode_into(b, value)
+    except BaseException:
+        blob_discard(b.data, b.size)
+        chan_release_orphans()
+        buf_free(b)
+        raise
+    if blob_refs(b.data, b.size) != 0:
+        blob_discard(b.data, b.size)
+        chan_release_orphans()
+        buf_free(b)
+        raise TypeError(refusal)
+    return 0
+
+
 cdef class Queue:
     """A job queue served by one or more workers.
 
@@ -283,14 +308,10 @@ cdef class Queue:
         cdef Job* jobs
         cdef int count = 0
         cdef char* copy
-        b.data = NULL
-        b.size = 0
-        b.cap = 0
-        try:
-            encode_into(&b, info)
-        except BaseException:
-            buf_free(&b)
-            raise
+        # Every failed job gets a copy of one encoding: refused if it holds a
+        # reference (the 2026-12-03 review's remainder; the engine passes strs).
+        encode_copyable(&b, info, "aiosubinterp: fail_queued() needs an error description "
+                        "that crosses by copy only (no large buffer, fd or channel end)")
         pthread_mutex_lock(&self.q.mu)
         jobs = self.q.head
         self.q.head = NULL
@@ -319,26 +340,12 @@ cdef class Queue:
     def set_settings(self, settings):
         """Publish settings (e.g. sys.path) that every worker applies before its next job."""
         cdef Buf b
-        b.data = NULL
-        b.size = 0
-        b.cap = 0
-        try:
-            encode_into(&b, settings)
-        except BaseException:
-            blob_discard(b.data, b.size)
-            chan_release_orphans()
-            buf_free(&b)
-            raise
-        if blob_refs(b.data, b.size) != 0:
-            # Every worker decodes its own copy: a share, fd or channel end in
-            # it would be adopted once per worker (a double release).
-            blob_discard(b.data, b.size)
-            chan_release_orphans()
-            buf_free(&b)
-            raise TypeError(
-                "aiosubinterp: the worker settings (main's sys.path) hold an object that crosses "
-                "to interpreters by reference (a large buffer, a file descriptor, a channel "
-                "end): keep sys.path to str entries")
+        # Every worker decodes its own copy.
+        encode_copyable(
+            &b, settings,
+            "aiosubinterp: the worker settings (main's sys.path) hold an object that crosses "
+            "to interpreters by reference (a large buffer, a file descriptor, a channel "
+            "end): keep sys.path to str entries")
         pthread_mutex_lock(&self.q.mu)
         free(self.q.settings_data)
         self.q.settings_data = b.data

@@ -16,8 +16,10 @@
 #   - an owner that is destroyed while records are still referenced elsewhere
 #     never releases them: the exporting object is leaked with its memory, so
 #     views elsewhere stay valid (documented: copy what you keep for longer).
-# Records, owners and shared memory are guarded by asi_share_mu. Lock order:
-# asi_share_mu, then a queue mutex; never wait for a GIL holding either.
+# Records, owners and shared memory are guarded by asi_share_mu. Lock order
+# (ext/includes/lockorder.h): asi_chan_mu, then asi_share_mu, then a queue
+# mutex; never wait for a GIL holding any of them. A release that needs a
+# pending call in main waits until asi_chan_mu is free (chan_unlock).
 #
 # Shared memory (tag 'D'): malloc'd, reference counted, freed by whoever drops
 # the last reference (no interpreter owns it). Used by SharedBuffer and

@@ -19,6 +19,9 @@
 # is listed as skipped with how to get it; under CI=true that fails the run,
 # and so does a chroot that cannot be provisioned.
 #
+#   debug:   3.13 here again, built with AIOSUBINTERP_DEBUG=1 (the lock-order
+#            check), on the tests in DEBUG_TESTS (empty skips it)
+#
 # Environment: PYTHON_VERSIONS (default "3.12 3.13 3.14 3.15": the minor
 # versions looked for here), SID_VERSIONS (default "3.13 3.14 3.15"; empty
 # skips the chroot), FT_VERSIONS (default "3.13t"; empty skips the
@@ -146,6 +149,22 @@ if [[ ${#SID[@]} -gt 0 ]]; then
         fi
     else
         sid_note="no chroot here (scripts/pythons.sh needs root and apt-get or debootstrap)"
+    fi
+fi
+
+# 3. The lock order (ext/includes/lockorder.h), checked: a debug build
+#    (AIOSUBINTERP_DEBUG=1 aborts on a mutex taken out of order, or a GIL
+#    taken while holding one) runs the channel, cancellation, share, review
+#    and stress tests on 3.13 here. Last, because it rebuilds .venv-3.13's
+#    extension in place; the next make rebuilds the release build by itself.
+DEBUG_TESTS="${DEBUG_TESTS-tests/test_locks_and_timeouts.py tests/test_channel.py tests/test_channel_ends.py tests/test_cancel.py tests/test_buffer.py tests/test_review_core.py tests/stress}"
+if [[ -n "$DEBUG_TESTS" ]] && py="$(bash scripts/find-python.sh 3.13 2>/dev/null)"; then
+    echo "=== Python 3.13 here, debug build (lock order checked): $DEBUG_TESTS ==="
+    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS=3.13 AIOSUBINTERP_DEBUG=1 \
+            PYTEST_ARGS="$DEBUG_TESTS"; then
+        record "3.13 debug" here "$(patch_of "$py")" passed
+    else
+        record "3.13 debug" here "$(patch_of "$py")" FAILED
     fi
 fi
 

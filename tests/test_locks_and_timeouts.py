@@ -361,3 +361,21 @@ def test_the_timeout_rule_clamps_to_threadings_maximum():
     assert _timeouts.seconds(math.inf, "x") == threading.TIMEOUT_MAX
     assert _timeouts.optional_seconds(2**200) is None
     assert _timeouts.optional_seconds(0) == 0.0
+
+
+# -- the previous review's remainder: one blob copied to every failed job -----------------
+
+def test_fail_queued_refuses_an_error_that_would_cross_by_reference():
+    # Each queued job gets a copy of one encoding: a share (64 KiB of bytes),
+    # an fd or a channel end in it would be released once per copy.
+    queue = _core.Queue(0.0)
+    before = _core.share_stats()
+    tx, rx = asi.open_channel()
+    for info in (b"x" * 65536, ("error", rx)):
+        with pytest.raises(TypeError, match="crosses by copy only"):
+            queue.fail_queued(info)
+    assert _core.share_stats() == before
+    assert rx.statistics().open_receive_channels == 1  # the refused copy was dropped, not the end
+    assert queue.fail_queued(("RuntimeError", "closed")) == 0  # nothing queued: nothing failed
+    tx.close()
+    rx.close()
