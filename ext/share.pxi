@@ -23,7 +23,8 @@
 # the last reference (no interpreter owns it). Used by SharedBuffer and
 # SharedLock.
 #
-# File descriptors (tag 'd'): the sender dup()s; the blob owns the duplicate;
+# File descriptors (tag 'd'): the sender duplicates the fd close-on-exec
+# (non-inheritable, PEP 446, as os.dup makes it); the blob owns the duplicate;
 # the receiver adopts it (an int, or a socket rebuilt around it).
 
 from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
@@ -44,8 +45,11 @@ cdef extern from "Python.h" nogil:
     # Needs no GIL and no thread state; the function runs in main's main thread with main's GIL.
     int Py_AddPendingCall(int (*func)(void*) noexcept nogil, void* arg)
 
-cdef extern from "unistd.h" nogil:
-    int dup(int fd)
+cdef extern from "<fcntl.h>" nogil:
+    # F_DUPFD_CLOEXEC (POSIX 2008; Linux, macOS): a duplicate that is close-on-exec in
+    # one step, as Python's own fds are (PEP 446). Plain dup() clears the flag.
+    int fcntl(int fd, int cmd, ...)
+    int F_DUPFD_CLOEXEC
 
 cdef enum:
     TAG_SHARE = 66        # 'B': rec pointer, offset, length, readonly (owns one rec reference)
@@ -578,8 +582,9 @@ cdef class ShareRequest:
 cdef class FileDescriptor:
     """An open file descriptor to hand to another interpreter.
 
-    Crossing duplicates it (os.dup); the receiver gets the duplicate as an
-    int and owns it (close it when done). The original stays open here.
+    Crossing duplicates it (as os.dup does: the duplicate is non-inheritable,
+    PEP 446); the receiver gets the duplicate as an int and owns it (close it
+    when done). The original stays open here.
     """
     cdef readonly int fd
 
@@ -600,7 +605,7 @@ cdef class FileDescriptor:
 cdef int encode_fd(Buf* b, int fd, int64_t kind, int64_t family, int64_t stype, int64_t proto) except -1:
     cdef int d
     buf_reserve(b, 41)
-    d = dup(fd)
+    d = fcntl(fd, F_DUPFD_CLOEXEC, 0)
     if d < 0:
         raise_os_error(errno, f"cannot pass file descriptor {fd} to an interpreter",
                        with_strerror=True)
