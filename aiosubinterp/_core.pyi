@@ -3,7 +3,7 @@
 Handles, queues, fds and bytes only: no asyncio and no policy.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 CANCEL_CODE_WITHDRAWN: int
@@ -100,7 +100,9 @@ class Hub:
     def closed(self) -> bool: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
-    def drain(self) -> list[tuple[int, int, int, int, Any]]: ...
+    def drain(
+        self, wanted: Callable[[int], object] | None = None
+    ) -> list[tuple[int, int, int, int, Any]]: ...
 
 class Queue:
     def __init__(self, spin_seconds: float = 0.0) -> None: ...

@@ -200,25 +200,34 @@ cdef class Hub:
     def closed(self):
         return self.h == NULL
 
-    def drain(self):
+    def drain(self, wanted=None):
         """Return every completion posted so far as (tid, status, flags, serial, value).
 
         The value is decoded here, in the calling interpreter. A value that
         cannot be decoded gives status DONE_LOCAL_ERROR and the exception.
+
+        wanted: None (decode every value), or a callable given a completion's
+        tid, true if its value is still awaited. A value nobody awaits (its
+        task was cancelled after it finished) is dropped undecoded, as a
+        closed hub drops it: its fds are closed, its shares and channel ends
+        released (decoded, a bare int fd would leak). It is reported with
+        value None, so that its flags still count. Called only for
+        completions that carry a value (channel ops carry none).
         """
         # A reference for the drain: decoding runs Python code, and a close()
         # from another thread meanwhile (a misuse, but on a free-threaded
         # build nothing else serialises the two) must not free h.
         cdef HubState* h = self.acquire()
         try:
-            return self._drain(h)
+            return self._drain(h, wanted)
         finally:
             hub_decref(h)
 
-    cdef list _drain(self, HubState* h):
+    cdef list _drain(self, HubState* h, object wanted):
         cdef char sink[256]
         cdef Completion* c
         cdef Completion* nxt
+        cdef bint consumed
         # Clear the fd before taking the list: a completion posted after the
         # take finds an empty list and writes the fd again, so none is lost.
         while read(h.rfd, sink, sizeof(sink)) > 0:
@@ -233,14 +242,23 @@ cdef class Hub:
         while c != NULL:
             nxt = c.next
             status = c.status
-            try:
-                if c.size:
-                    value = decode_blob(c.data, c.size)
-                else:
-                    value = None
-            except BaseException as exc:
-                status = DONE_LOCAL_ERROR
-                value = exc
+            value = None
+            if c.size:
+                consumed = False
+                try:
+                    if wanted is None or wanted(c.tid):
+                        consumed = True  # decode_blob drops what it fails to adopt
+                        value = decode_blob(c.data, c.size)
+                    else:
+                        consumed = True
+                        blob_discard(c.data, c.size)
+                        chan_release_orphans()
+                except BaseException as exc:
+                    if not consumed:  # wanted() raised: nobody decoded the value
+                        blob_discard(c.data, c.size)
+                        chan_release_orphans()
+                    status = DONE_LOCAL_ERROR
+                    value = exc
             out.append((c.tid, status, c.flags, c.worker_serial, value))
             free(c.data)
             free(c)

@@ -8,14 +8,19 @@ that checks the exit code.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
 import textwrap
 
 import reviewcore2funcs
+import workfuncs
 
 import aiosubinterp as asi
+from aiosubinterp import _core
+from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._inside import marshal as _marshal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -72,3 +77,57 @@ def test_fds_sent_through_a_channel_are_not_inheritable(pipe):
         with rx.recv_nowait() as sock:
             assert sock.fileno() != b.fileno()
             assert os.get_inheritable(sock.fileno()) is False
+
+
+# -- R5: the fd of a result nobody wants is closed -------------------------------
+
+async def test_int_fd_of_a_task_cancelled_after_it_finished_is_closed(pipe):
+    r, _ = pipe
+    async with asi.InterpreterPool(1) as pool:
+        await pool.run(workfuncs.interp_id)  # started: the task below runs at once
+        before = open_fds()
+        for _ in range(30):
+            task = pool.submit(reviewcore2funcs.give_fd, r)
+            # Block the loop's thread until the task's completion is posted
+            # (the hub's fd becomes readable): the loop cannot drain it meanwhile.
+            fd = task._hub.core.fileno()
+            assert select.select([fd], [], [], 60)[0] == [fd]
+            assert task.cancel()  # done in the worker, not yet delivered here
+            # A later task's completion is drained after this one's.
+            await pool.run(workfuncs.interp_id)
+            assert task.cancelled()
+        assert open_fds() == before
+
+
+async def test_int_fd_of_a_wanted_result_still_arrives(pipe):
+    r, _ = pipe
+    async with asi.InterpreterPool(1) as pool:
+        got = await pool.run(reviewcore2funcs.give_fd, r)
+    os.close(got)
+
+
+async def test_drain_discards_what_is_not_wanted():
+    # The hub directly: an unwanted completion is reported with value None,
+    # and what it carried (here a zero-copy share) is dropped, not decoded.
+    big = bytes(_core.SHARE_THRESHOLD)
+    async with asi.InterpreterPool(1) as pool:
+        await pool.run(workfuncs.interp_id)
+        hub = _core.Hub()
+        try:
+            tids = [_lifecycle.next_task_id() for _ in range(2)]
+            for tid in tids:
+                pool._queue.submit(tid, _core.JOB_KIND_CALL,
+                                   _marshal.call_payload(workfuncs.echo, (big,), {}), hub)
+            got = []
+            while len(got) < 2:
+                select.select([hub.fileno()], [], [], 60)
+                got += hub.drain(lambda tid: tid == tids[1])
+            by_tid = {tid: (status, value) for tid, status, _, _, value in got}
+            assert by_tid[tids[0]] == (_core.STATUS_OK, None)
+            status, value = by_tid[tids[1]]
+            assert status == _core.STATUS_OK and bytes(value) == big
+            del value, by_tid, got
+            # The worker's record of its result goes home when dropped here.
+            assert await pool.run(reviewcore2funcs.live_shares) == 0
+        finally:
+            hub.close()
