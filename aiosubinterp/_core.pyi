@@ -24,6 +24,7 @@ CHAN_CLOSED: int
 CHAN_WOULDBLOCK: int
 CHAN_TIMEOUT: int
 CHAN_INTERRUPTED: int
+CHAN_OWN_RECEIVER: int
 
 SHARE_THRESHOLD: int
 _share_owner_addr: int

@@ -81,6 +81,7 @@ cdef enum:
     CH_WOULDBLOCK = 20
     CH_TIMEOUT = 21
     CH_INTERRUPTED = 22     # a blocking wait was interrupted (task cancelled): retry from Python
+    CH_OWN_RECEIVER = 23    # send: the item carries a receive end of this channel (refused)
 
 cdef enum:
     OPS_WAITING = 0
@@ -153,6 +154,31 @@ cdef struct ChanOp:
 cdef struct OrphanEnd:
     OrphanEnd* next
     EndHandle* h
+
+
+cdef bint end_is_receiver_of(int64_t p, int64_t kind, const void* c) noexcept nogil:
+    """True if the handle a blob carries (tag 'C': p, kind) is a receive end of channel c.
+
+    No lock: a handle's channel is fixed for its life, and the blob holds a copy.
+    """
+    return p != 0 and kind == CH_RECV and <const void*>(<EndHandle*><Py_ssize_t>p).c == c
+
+
+cdef bint item_carries_receiver_of(ChanItem* item, ChanState* c) noexcept nogil:
+    """True if the item holds a receive end (any clone) of c, anywhere in it.
+
+    Buffered in c, such an end would count as an open receiver of c for as
+    long as the item stays there, and nobody could receive it once the
+    other receive ends are gone: the channel would never break. Longer
+    cycles (a receive end of c1 sent on c2 and one of c2 on c1) are not
+    detected; the docstrings of open_channel() and send() say so.
+    """
+    cdef Reader r
+    cdef int found = 0
+    reader_init(&r, (<char*>item) + sizeof(ChanItem), item.size, 0, NULL)
+    r.recv_of = <const void*>c
+    _discard_obj(&r, &found)  # count mode: drops nothing
+    return r.recv_hits > 0
 
 
 cdef void chan_orphan_end(int64_t p, int64_t kind) noexcept nogil:
@@ -1158,6 +1184,10 @@ cdef class ChannelEnd:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
         item = item_encode(obj)
+        if item_carries_receiver_of(item, c):
+            item_discard(item)  # drop the copies it carries (no channel lock held here)
+            chan_release_orphans()
+            return CH_OWN_RECEIVER
         pthread_mutex_lock(&asi_chan_mu)
         if self.h.closed:
             st = CH_CLOSED
@@ -1225,3 +1255,4 @@ CHAN_CLOSED = CH_CLOSED
 CHAN_WOULDBLOCK = CH_WOULDBLOCK
 CHAN_TIMEOUT = CH_TIMEOUT
 CHAN_INTERRUPTED = CH_INTERRUPTED
+CHAN_OWN_RECEIVER = CH_OWN_RECEIVER

@@ -734,10 +734,7 @@ cdef int blob_discard_from(const char* data, Py_ssize_t size, const char* start)
     """blob_discard, for the references that begin at `start` or later only
     (those before it were taken over by a decode that failed afterwards)."""
     cdef Reader r
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = start
+    reader_init(&r, data, size, 0, start)
     return _discard_obj(&r, NULL)
 
 
@@ -747,10 +744,7 @@ cdef Py_ssize_t blob_refs(const char* data, Py_ssize_t size) noexcept nogil:
     receivers (worker settings) must own none: each copy would adopt them."""
     cdef Reader r
     cdef int found = 0
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = data
+    reader_init(&r, data, size, 0, data)
     if _discard_obj(&r, &found) < 0:
         return -1
     return found
@@ -782,6 +776,8 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
         memcpy(&v, r.p, 8)
         memcpy(&n, r.p + 8, 8)
         r.p += 16
+        if count != NULL and r.recv_of != NULL and end_is_receiver_of(v, n, r.recv_of):
+            r.recv_hits += 1
         if not keep:
             chan_orphan_end(v, n)
         return 0

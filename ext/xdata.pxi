@@ -252,6 +252,20 @@ cdef struct Reader:
     # end) taken over by a decoded object. blob_discard: references that start
     # before it are skipped (a failed decode drops only the rest).
     const char* adopted
+    # Counting (blob_refs, item_carries_receiver_of): receive ends of this
+    # channel (a ChanState*) found are counted in recv_hits as well.
+    const void* recv_of
+    int recv_hits
+
+
+cdef inline void reader_init(Reader* r, const char* data, Py_ssize_t size, int no_refs,
+                             const char* adopted) noexcept nogil:
+    r.p = data
+    r.end = data + size
+    r.no_refs = no_refs
+    r.adopted = adopted
+    r.recv_of = NULL
+    r.recv_hits = 0
 
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
@@ -404,10 +418,7 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
     (the caller only frees the blob): a half-decoded job or item leaks no fd,
     share or channel end."""
     cdef Reader r
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = data
+    reader_init(&r, data, size, 0, data)
     try:
         value = decode_obj(&r)
         if r.p != r.end:
@@ -464,10 +475,7 @@ def loads(data):
     if not raw:
         raise ValueError("aiosubinterp.loads: empty input")
     cdef Reader r
-    r.p = PyBytes_AS_STRING(raw)
-    r.end = r.p + PyBytes_GET_SIZE(raw)
-    r.no_refs = 1
-    r.adopted = NULL
+    reader_init(&r, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), 1, NULL)
     value = decode_obj(&r)
     if r.p != r.end:
         raise_corrupt("trailing bytes")

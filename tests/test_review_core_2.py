@@ -7,6 +7,7 @@ that checks the exit code.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import reviewcore2funcs
 import workfuncs
 
@@ -131,3 +133,71 @@ async def test_drain_discards_what_is_not_wanted():
             assert await pool.run(reviewcore2funcs.live_shares) == 0
         finally:
             hub.close()
+
+
+# -- R6: a receive end sent into its own channel ---------------------------------
+
+OWN_CHANNEL = "receive end of the same channel"
+
+
+async def test_receive_end_into_its_own_channel_is_refused():
+    tx, rx = asi.open_channel(1)
+    with tx, rx:
+        clone = rx.clone()
+        for item in (rx, ("x", rx), [1, {"k": clone}], reviewcore2funcs.Holder(rx)):
+            with pytest.raises(asi.NotShareableError, match=OWN_CHANNEL):
+                tx.send_nowait(item)
+            with pytest.raises(asi.NotShareableError, match=OWN_CHANNEL):
+                await asyncio.wait_for(tx.send(item), 30)
+        clone.close()
+        # Nothing was sent, and no copy of the ends is left in the channel.
+        stats = tx.statistics()
+        assert stats.current_buffer_used == 0
+        assert stats.open_receive_channels == 1
+        tx.send_nowait("x")
+        assert rx.recv_nowait() == "x"
+    # With every receive end closed, senders see the channel broken.
+    tx2, rx2 = asi.open_channel(1)
+    with tx2:
+        with pytest.raises(asi.NotShareableError):
+            tx2.send_nowait(rx2)
+        rx2.close()
+        with pytest.raises(asi.BrokenChannelError):
+            tx2.send_nowait("x")
+
+
+async def test_receive_end_into_its_own_unbuffered_channel_is_refused_at_once():
+    tx, rx = asi.open_channel(0)  # a send would wait for a receiver
+    with tx, rx:
+        with pytest.raises(asi.NotShareableError, match=OWN_CHANNEL):
+            await asyncio.wait_for(tx.send(rx), 30)
+        assert tx.statistics().tasks_waiting_send == 0
+
+
+async def test_receive_end_into_its_own_channel_is_refused_by_send_sync_in_a_worker():
+    tx, rx = asi.open_channel(1)
+    with tx, rx:
+        async with asi.InterpreterPool(1) as pool:
+            name, message = await pool.run(reviewcore2funcs.send_own_receiver_sync, tx, rx)
+        assert name == "NotShareableError"
+        assert OWN_CHANNEL in message
+        assert tx.statistics().current_buffer_used == 0
+
+
+def test_receive_end_of_another_channel_and_a_send_end_into_its_own_channel_are_fine():
+    tx, rx = asi.open_channel(2)
+    tx2, rx2 = asi.open_channel(1)
+    with tx, rx, tx2, rx2:
+        tx.send_nowait(rx2)
+        tx.send_nowait(tx.clone())
+        with rx.recv_nowait() as got_rx2:
+            tx2.send_nowait("y")
+            assert got_rx2.recv_nowait() == "y"
+        with rx.recv_nowait() as got_tx:
+            got_tx.send_nowait("z")
+        assert rx.recv_nowait() == "z"
+        # A send end left in its own channel goes with the channel's last receiver.
+        tx.send_nowait(tx.clone())
+        assert tx.statistics().open_send_channels == 2
+        rx.close()
+        assert tx.statistics().open_send_channels == 1
