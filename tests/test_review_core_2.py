@@ -201,3 +201,32 @@ def test_receive_end_of_another_channel_and_a_send_end_into_its_own_channel_are_
         assert tx.statistics().open_send_channels == 2
         rx.close()
         assert tx.statistics().open_send_channels == 1
+
+
+# -- R7: loads() of deep nesting ---------------------------------------------------
+
+def test_loads_of_deep_nesting_raises_instead_of_overflowing_the_stack(tmp_path):
+    proc = run_child(tmp_path, """
+        import struct
+        from aiosubinterp import _core
+
+        deep = (b"t" + struct.pack("<q", 1)) * 200_000 + b"N"
+        for data in (deep, deep.replace(b"t", b"l"), deep.replace(b"t", b"z")):
+            try:
+                _core.loads(data)
+            except ValueError as exc:
+                print("refused:", exc, flush=True)
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert proc.stdout.count("refused:") == 3
+    assert "nested too deeply" in proc.stdout
+    assert proc.stdout.endswith("done\n")
+
+
+def test_what_the_encoder_makes_still_decodes():
+    value = None
+    for i in range(200):  # the encoder pickles what is nested deeper than its native bound
+        value = (i, value, [value], {"k": value}) if i % 50 == 0 else (i, value)
+    assert _core.loads(_core.dumps(value)) == value
+    assert _core.roundtrip(value) == value
