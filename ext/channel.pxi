@@ -695,19 +695,30 @@ cdef class ChannelOp:
     cdef ChanOp* op
     cdef public object waiter
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("ChannelOp cannot be created directly: channel sends, receives and "
+                        "selects make their own (internal)")
+
     def __dealloc__(self):
         if self.op != NULL:
             op_free(self.op)
             self.op = NULL
 
+    cdef int check(self) except -1:
+        if self.op == NULL:
+            raise TypeError("this ChannelOp was not made by a channel operation (internal)")
+        return 0
+
     @property
     def token(self):
+        self.check()
         return self.op.token
 
     @property
     def status(self):
         """CH_* once committed, else 0."""
         cdef int st
+        self.check()
         pthread_mutex_lock(&asi_chan_mu)
         st = self.op.status if self.op.state == OPS_DONE else 0
         chan_unlock()
@@ -722,6 +733,7 @@ cdef class ChannelOp:
         """Withdraw if still waiting: True means nothing happened; False: it was committed."""
         cdef bint withdrawn = False
         cdef ChanItem* item
+        self.check()
         pthread_mutex_lock(&asi_chan_mu)
         if self.op.state == OPS_WAITING:
             op_withdraw(self.op)
@@ -741,6 +753,7 @@ cdef class ChannelOp:
         cdef ChanItem* item
         cdef int st
         cdef int idx
+        self.check()
         pthread_mutex_lock(&asi_chan_mu)
         item = self.op.item if self.op.kind == CH_RECV else NULL
         if item != NULL:
@@ -758,6 +771,7 @@ cdef class ChannelOp:
 
     def unget(self):
         """Put a received but unclaimed item back at the front of its channel."""
+        self.check()
         pthread_mutex_lock(&asi_chan_mu)
         op_unget_locked(self.op)
         chan_unlock()
@@ -901,6 +915,15 @@ cdef int collect_chans(object ends, ChanState** chans, Py_ssize_t n) except -1:
     return 0
 
 
+cdef int released_end(object ends, Py_ssize_t n) noexcept:
+    """Index of the first end whose object dropped its copy (_release()), or -1."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if (<ChannelEnd>ends[i]).h == NULL:
+            return <int>i
+    return -1
+
+
 cdef int any_closed(object ends, Py_ssize_t n) noexcept:
     # asi_chan_mu held. Index of the first closed end, or -1.
     cdef Py_ssize_t i
@@ -965,6 +988,11 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         if mode == 1:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
+        # share_drain() ran Python code (a buffer's release), which may have
+        # released one of these ends (_release()): it counts as closed.
+        index = released_end(ends, n)
+        if index >= 0:
+            return CH_CLOSED, index, None
         pthread_mutex_lock(&asi_chan_mu)
         index = any_closed(ends, n)
         if index >= 0:
@@ -1176,7 +1204,7 @@ cdef class ChannelEnd:
         cdef ChanOp* op
         cdef HubState* h = NULL
         cdef ChannelOp wrapper = None
-        cdef ChanState* c = self.c
+        cdef ChanState* c
         cdef int st
         self.check()
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
@@ -1184,6 +1212,14 @@ cdef class ChannelEnd:
             h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
         item = item_encode(obj)
+        # Python code ran since check() (share_drain's releases, the item's
+        # __reduce__), which may have released this very end (_release()):
+        # then it counts as closed, and self.h and self.c are gone.
+        if self.h == NULL:
+            item_discard(item)
+            chan_release_orphans()
+            return CH_CLOSED
+        c = self.c
         if item_carries_receiver_of(item, c):
             item_discard(item)  # drop the copies it carries (no channel lock held here)
             chan_release_orphans()

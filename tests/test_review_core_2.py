@@ -233,3 +233,162 @@ def test_what_the_encoder_makes_still_decodes():
         value = (i, value, [value], {"k": value}) if i % 50 == 0 else (i, value)
     assert _core.loads(_core.dumps(value)) == value
     assert _core.roundtrip(value) == value
+
+
+# -- R8: internal objects misused ---------------------------------------------------
+
+def test_channel_op_cannot_be_made_directly(tmp_path):
+    proc = run_child(tmp_path, """
+        from aiosubinterp import _core
+
+        try:
+            _core.ChannelOp()
+        except TypeError as exc:
+            print("refused:", exc, flush=True)
+        op = _core.ChannelOp.__new__(_core.ChannelOp)
+        for use in (lambda: op.token, lambda: op.status, op.cancel, op.take, op.unget):
+            try:
+                use()
+            except TypeError as exc:
+                print("refused:", exc, flush=True)
+        del op
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert proc.stdout.count("refused:") == 6
+    assert "cannot be created directly" in proc.stdout
+    assert proc.stdout.endswith("done\n")
+
+
+def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
+    proc = run_child(tmp_path, """
+        import asyncio
+        import aiosubinterp as asi
+        import reviewcore2funcs
+        from aiosubinterp import _core
+
+        calls = [
+            lambda h: _core._worker_concurrency(h),
+            lambda h: _core._worker_session_begin(h, 1),
+            lambda h: _core._worker_take(h),
+            lambda h: _core._worker_call_guarded(h, 1, print, (), None),
+            lambda h: _core._worker_cancels(h),
+            lambda h: _core._worker_complete(h, 1, None, None, False, None),
+            lambda h: _core._worker_session_end(h, None),
+            lambda h: _core._worker_set_wake(h, -1),
+            lambda h: _core._worker_cancel_requested(h),
+            lambda h: _core._worker_main(h),
+        ]
+
+        def try_all(handles):
+            for h in handles:
+                for call in calls:
+                    try:
+                        call(h)
+                    except RuntimeError as exc:
+                        print("refused:", exc, flush=True)
+
+        try_all([0, 8, 12345678])
+
+        async def main():
+            # A live worker's handle, used from another thread: refused too.
+            async with asi.InterpreterPool(1) as pool:
+                await pool.run(print, end="")
+                handle = await pool.run(reviewcore2funcs.runner_handle)
+                print("own:", await pool.run(reviewcore2funcs.own_concurrency), flush=True)
+                try_all([handle])
+
+        asyncio.run(main())
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert proc.stdout.count("refused:") == 40, proc.stdout
+    assert "not this thread's aiosubinterp worker" in proc.stdout
+    assert "own: 1\n" in proc.stdout
+    assert proc.stdout.endswith("done\n")
+
+
+def test_end_released_while_its_own_send_encodes(tmp_path):
+    proc = run_child(tmp_path, """
+        import asyncio, threading
+        import aiosubinterp as asi
+
+        def evil_for(end):
+            class Evil:
+                def __reduce__(self):
+                    end._release()
+                    return int, ()
+            return Evil()
+
+        tx, rx = asi.open_channel(0)
+        try:
+            tx.send_nowait(evil_for(tx))
+        except asi.ChannelClosedError as exc:
+            print("nowait refused:", exc, flush=True)
+
+        tx, rx = asi.open_channel(0)
+        try:
+            tx.send_sync(evil_for(tx), timeout=30)
+        except asi.ChannelClosedError as exc:
+            print("sync refused:", exc, flush=True)
+
+        async def main():
+            tx, rx = asi.open_channel(0)
+            try:
+                await asyncio.wait_for(tx.send(evil_for(tx)), 30)
+            except asi.ChannelClosedError as exc:
+                print("async refused:", exc, flush=True)
+
+        asyncio.run(main())
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    for how in ("nowait", "sync", "async"):
+        assert f"{how} refused:" in proc.stdout
+    assert proc.stdout.endswith("done\n")
+
+
+def test_end_released_while_its_own_receive_releases_shares(tmp_path):
+    # recv_generic releases what other interpreters gave back (share_drain)
+    # before it looks at the ends; a buffer's release runs Python code, which
+    # may release the very end being read. Run on a thread that is not main's
+    # main thread: main's pending call, which would release it earlier,
+    # runs only on the main thread.
+    proc = run_child(tmp_path, """
+        import threading
+        import aiosubinterp as asi
+        from aiosubinterp import _core
+
+        class Exporter:
+            end = None
+
+            def __init__(self):
+                self.data = bytearray(b"0123456789")
+
+            def __buffer__(self, flags):
+                return memoryview(self.data)
+
+            def __release_buffer__(self, view):
+                view.release()
+                if Exporter.end is not None:
+                    Exporter.end._release()
+
+        def body():
+            tx, rx = asi.open_channel(1)
+            view = _core.roundtrip(asi.share(Exporter()))
+            Exporter.end = rx
+            del view  # main's record goes to its pending list
+            try:
+                rx.recv_nowait()
+            except (asi.ChannelClosedError, TypeError) as exc:
+                print("refused:", type(exc).__name__, exc, flush=True)
+            Exporter.end = None
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert "refused: ChannelClosedError" in proc.stdout
+    assert proc.stdout.endswith("done\n")
