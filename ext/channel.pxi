@@ -986,8 +986,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         collect_chans(ends, chans, n)
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
-            h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
+            h = hub.acquire()  # as send_generic: before anything else can run
         # share_drain() ran Python code (a buffer's release), which may have
         # released one of these ends (_release()): it counts as closed.
         index = released_end(ends, n)
@@ -1016,10 +1016,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         for i in range(n):
             op.links[i].end = (<ChannelEnd>ends[i]).h
         if mode == 1:
-            pthread_mutex_lock(&h.mu)
-            h.refs += 1
-            pthread_mutex_unlock(&h.mu)
-            op.hub = h
+            op.hub = h  # the op owns the reference from here on
+            h = NULL
             wrapper.op = op
             chan_unlock()
             return wrapper
@@ -1039,6 +1037,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
     finally:
         if chans != one:
             free(chans)
+        if h != NULL:
+            hub_decref(h)
 
 
 def select_nowait(ends):
@@ -1209,56 +1209,61 @@ cdef class ChannelEnd:
         self.check()
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
-            h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
-        item = item_encode(obj)
-        # Python code ran since check() (share_drain's releases, the item's
-        # __reduce__), which may have released this very end (_release()):
-        # then it counts as closed, and self.h and self.c are gone.
-        if self.h == NULL:
-            item_discard(item)
-            chan_release_orphans()
-            return CH_CLOSED
-        c = self.c
-        if item_carries_receiver_of(item, c):
-            item_discard(item)  # drop the copies it carries (no channel lock held here)
-            chan_release_orphans()
-            return CH_OWN_RECEIVER
-        pthread_mutex_lock(&asi_chan_mu)
-        if self.h.closed:
-            st = CH_CLOSED
-        else:
-            st = chan_try_send(c, item)
-        if st != CH_WOULDBLOCK or mode == 0:
-            if st != CH_DONE:
-                item_discard(item)  # refused: drop what it carries (at this unlock)
+            # The hub's reference before encoding runs Python code, as
+            # Queue.submit takes it: a hub closed meanwhile cannot be freed
+            # under this op (it is then withdrawn at commit, never given the item).
+            h = hub.acquire()
+        try:
+            item = item_encode(obj)
+            # Python code ran since check() (share_drain's releases, the item's
+            # __reduce__), which may have released this very end (_release()):
+            # then it counts as closed, and self.h and self.c are gone.
+            if self.h == NULL:
+                item_discard(item)
+                chan_release_orphans()
+                return CH_CLOSED
+            c = self.c
+            if item_carries_receiver_of(item, c):
+                item_discard(item)  # drop the copies it carries (no channel lock held here)
+                chan_release_orphans()
+                return CH_OWN_RECEIVER
+            pthread_mutex_lock(&asi_chan_mu)
+            if self.h.closed:
+                st = CH_CLOSED
+            else:
+                st = chan_try_send(c, item)
+            if st != CH_WOULDBLOCK or mode == 0:
+                if st != CH_DONE:
+                    item_discard(item)  # refused: drop what it carries (at this unlock)
+                chan_unlock()
+                return st
+            op = op_new(CH_SEND, 1, mode == 2)
+            if op == NULL:
+                item_discard(item)
+                chan_unlock()
+                raise_no_memory()
+            op.item = item
+            op_register(op, &c)
+            op.links[0].end = self.h
+            if mode == 1:
+                op.hub = h  # the op owns the reference from here on
+                h = NULL
+                wrapper.op = op
+                chan_unlock()
+                return wrapper
+            op.ident = PyThread_get_thread_ident()
+            sync_list_add(op)
             chan_unlock()
+            # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
+            with nogil:
+                st = op_wait_blocking(op, deadline)
+            # GIL: none -> X
+            op_free(op)
             return st
-        op = op_new(CH_SEND, 1, mode == 2)
-        if op == NULL:
-            item_discard(item)
-            chan_unlock()
-            raise_no_memory()
-        op.item = item
-        op_register(op, &c)
-        op.links[0].end = self.h
-        if mode == 1:
-            pthread_mutex_lock(&h.mu)
-            h.refs += 1
-            pthread_mutex_unlock(&h.mu)
-            op.hub = h
-            wrapper.op = op
-            chan_unlock()
-            return wrapper
-        op.ident = PyThread_get_thread_ident()
-        sync_list_add(op)
-        chan_unlock()
-        # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
-        with nogil:
-            st = op_wait_blocking(op, deadline)
-        # GIL: none -> X
-        op_free(op)
-        return st
+        finally:
+            if h != NULL:
+                hub_decref(h)
 
     def _send_nowait(self, obj):
         return self.send_generic(obj, 0, None, -1.0)

@@ -392,3 +392,37 @@ def test_end_released_while_its_own_receive_releases_shares(tmp_path):
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "refused: ChannelClosedError" in proc.stdout
     assert proc.stdout.endswith("done\n")
+
+
+# -- U2: a channel op's hub reference is taken before its item is encoded -----------
+
+def test_hub_closed_while_a_send_encodes_its_item(tmp_path):
+    # Not reachable through the public API (a loop's hub is closed on its
+    # loop's thread, never inside a send); the internal API shows the order.
+    proc = run_child(tmp_path, """
+        import aiosubinterp as asi
+        from aiosubinterp import _core
+
+        for _ in range(20):
+            hub = _core.Hub()
+
+            class Evil:
+                def __reduce__(self):
+                    hub.close()
+                    return int, ()
+
+            tx, rx = asi.open_channel(0)  # no receiver: the send waits on the hub
+            op = tx._send_begin(Evil(), hub)
+            try:
+                rx.recv_nowait()
+            except asi.WouldBlock:
+                pass  # the op's loop is gone: it is withdrawn, never given the item
+            else:
+                print("delivered to a closed hub", flush=True)
+            del op
+            tx.close()
+            rx.close()
+        print("done", flush=True)
+    """)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert proc.stdout == "done\n"
