@@ -344,7 +344,13 @@ cdef object decode_share(Reader* r):
     cdef int64_t off = rd_i64(r)
     cdef int64_t n = rd_i64(r)
     cdef int64_t ro = rd_i64(r)
-    cdef _ShareView sv = _ShareView.__new__(_ShareView)
+    cdef _ShareView sv
+    # Adopted from here on (decode_obj): drop the reference if no view takes it.
+    try:
+        sv = _ShareView.__new__(_ShareView)
+    except BaseException:
+        rec_decref(rec)
+        raise
     sv.rec = rec
     sv.off = off
     sv.n = n
@@ -549,12 +555,19 @@ cdef object decode_shared_mem(Reader* r):
     cdef int64_t kind = rd_i64(r)
     cdef SharedBuffer sb
     cdef SharedLock sl
+    # Adopted from here on (decode_obj): drop the reference if no wrapper takes it.
+    try:
+        if kind == SHM_BUFFER:
+            sb = SharedBuffer.__new__(SharedBuffer, 0)
+        else:
+            sl = SharedLock.__new__(SharedLock)
+    except BaseException:
+        shm_decref(m)
+        raise
     if kind == SHM_BUFFER:
-        sb = SharedBuffer.__new__(SharedBuffer, 0)
         shm_decref(sb.m)
         sb.m = m
         return sb
-    sl = SharedLock.__new__(SharedLock)
     shm_decref(sl.m)
     sl.m = m
     return sl
@@ -625,8 +638,10 @@ cdef object decode_fd(Reader* r):
     cdef int64_t stype = rd_i64(r)
     cdef int64_t proto = rd_i64(r)
     if kind == FD_SOCKET:
-        import socket
+        # This decoder owns fd from the start (decode_obj counts it as
+        # adopted): anything that fails, the import included, closes it.
         try:
+            import socket
             return socket.socket(family, stype, proto, fileno=fd)
         except BaseException:
             close(fd)

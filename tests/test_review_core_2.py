@@ -426,3 +426,30 @@ def test_hub_closed_while_a_send_encodes_its_item(tmp_path):
     """)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout == "done\n"
+
+
+# -- U3: a socket that cannot be rebuilt does not leak its fd ------------------------
+
+def test_socket_whose_decoding_fails_closes_its_fd(monkeypatch):
+    a, b = socket.socketpair()
+    tx, rx = asi.open_channel(1)
+    with a, b, tx, rx:
+        before = open_fds()
+        tx.send_nowait(a)  # the item holds a duplicate of a's fd
+        assert open_fds() == before + 1
+        # `import socket` fails in the receiver (as it could in a worker).
+        monkeypatch.delitem(sys.modules, "socket")
+        monkeypatch.setattr(sys, "meta_path", [_RefuseSocket(), *sys.meta_path])
+        with pytest.raises(ImportError, match="no socket here"):
+            rx.recv_nowait()
+        monkeypatch.undo()
+        assert open_fds() == before
+
+
+class _RefuseSocket:
+    """A meta path finder that fails the import of socket."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "socket":
+            raise ImportError("no socket here")
+        return None
