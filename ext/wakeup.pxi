@@ -103,6 +103,27 @@ cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t
     return 0
 
 
+cdef void hub_unget(HubState* h, Completion* c) noexcept nogil:
+    """Put completions taken by a drain back at the front of the list (in
+    order), for the next drain; dropped if the hub closed meanwhile."""
+    cdef Completion* last = c
+    if c == NULL:
+        return
+    while last.next != NULL:
+        last = last.next
+    pthread_mutex_lock(&h.mu)
+    if h.closed:
+        pthread_mutex_unlock(&h.mu)
+        completions_free(c)
+        return
+    last.next = h.head
+    if h.head == NULL:
+        h.tail = last
+    h.head = c
+    pthread_mutex_unlock(&h.mu)
+    hub_wake(h)  # the drain cleared the fd before taking them
+
+
 cdef void hub_release(HubState* h) noexcept nogil:
     """The loop side lets go of h: pending and later completions are dropped."""
     cdef Completion* left
@@ -228,6 +249,8 @@ cdef class Hub:
         cdef Completion* c
         cdef Completion* nxt
         cdef bint consumed
+        cdef uint64_t tid, serial
+        cdef int flags
         # Clear the fd before taking the list: a completion posted after the
         # take finds an empty list and writes the fd again, so none is lost.
         while read(h.rfd, sink, sizeof(sink)) > 0:
@@ -239,28 +262,40 @@ cdef class Hub:
         h.tail = NULL
         pthread_mutex_unlock(&h.mu)
         out = []
-        while c != NULL:
-            nxt = c.next
-            status = c.status
-            value = None
-            if c.size:
-                consumed = False
-                try:
-                    if wanted is None or wanted(c.tid):
-                        consumed = True  # decode_blob drops what it fails to adopt
-                        value = decode_blob(c.data, c.size)
-                    else:
-                        consumed = True
-                        blob_discard(c.data, c.size)
-                        chan_release_orphans()
-                except BaseException as exc:
-                    if not consumed:  # wanted() raised: nobody decoded the value
-                        blob_discard(c.data, c.size)
-                        chan_release_orphans()
-                    status = DONE_LOCAL_ERROR
-                    value = exc
-            out.append((c.tid, status, c.flags, c.worker_serial, value))
-            free(c.data)
-            free(c)
-            c = nxt
+        try:
+            while c != NULL:
+                status = c.status
+                value = None
+                if c.size:
+                    consumed = False
+                    try:
+                        if wanted is None or wanted(c.tid):
+                            consumed = True  # decode_blob drops what it fails to adopt
+                            value = decode_blob(c.data, c.size)
+                        else:
+                            consumed = True
+                            blob_discard(c.data, c.size)
+                            chan_release_orphans()
+                    except BaseException as exc:
+                        if not consumed:  # wanted() raised: nobody decoded the value
+                            blob_discard(c.data, c.size)
+                            chan_release_orphans()
+                        status = DONE_LOCAL_ERROR
+                        value = exc
+                    free(c.data)  # decoded or dropped: the blob owns nothing any more
+                    c.data = NULL
+                    c.size = 0
+                # c is unlinked and freed before anything else can fail.
+                nxt = c.next
+                tid = c.tid
+                flags = c.flags
+                serial = c.worker_serial
+                free(c)
+                c = nxt
+                out.append((tid, status, flags, serial, value))
+        finally:
+            # Reached with c != NULL only when something outside the
+            # per-completion try failed (out of memory for the list): the
+            # rest goes back, undecoded, for the next drain; none is lost.
+            hub_unget(h, c)
         return out
