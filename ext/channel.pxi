@@ -899,7 +899,13 @@ def open_channel_ends(maxsize):
     asi_chan_ids += 1
     c.id = asi_chan_ids
     chan_unlock()
-    send_end = adopt_end(se)
+    try:
+        send_end = adopt_end(se)  # drops se itself if it fails
+    except BaseException:
+        pthread_mutex_lock(&asi_chan_mu)
+        handle_decref_locked(re)  # the receive end nobody got: the channel goes
+        chan_unlock()
+        raise
     return send_end, adopt_end(re)
 
 

@@ -84,23 +84,24 @@ cdef void hub_post(HubState* h, Completion* c) noexcept nogil:
         hub_wake(h)
 
 
-cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t serial,
-                      char* data, Py_ssize_t size) noexcept nogil:
-    """Post a completion carrying `data` (ownership passes to the hub). Returns -1 if out of memory."""
-    cdef Completion* c = <Completion*>calloc(1, sizeof(Completion))
-    if c == NULL:
+cdef void hub_post_job(Job* job, int status, int flags, uint64_t serial, char* data,
+                       Py_ssize_t size) noexcept nogil:
+    """Post job's outcome in the Completion allocated with it (ownership of
+    `data` passes to the hub). Never fails, so a finished job is never lost."""
+    cdef Completion* c = <Completion*>job.comp
+    if c == NULL:  # posted already (a bug): drop what it carries, never crash
         blob_discard(data, size)
         chan_release_orphans()
         free(data)
-        return -1
-    c.tid = tid
+        return
+    job.comp = NULL
+    c.tid = job.tid
     c.status = status
     c.flags = flags
     c.worker_serial = serial
     c.data = data
     c.size = size
-    hub_post(h, c)
-    return 0
+    hub_post(job.hub, c)
 
 
 cdef void hub_unget(HubState* h, Completion* c) noexcept nogil:

@@ -432,10 +432,7 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
         flags |= DONE_FLAG_RETIRED
         w.stop = 1
     pthread_mutex_unlock(&w.q.mu)
-    if hub_post_new(job.hub, job.tid, status, flags, w.serial, out.data, out.size) != 0:
-        out.data = NULL
-        job_free(job)
-        raise_no_memory("aiosubinterp: out of memory while posting a completion")
+    hub_post_job(job, status, flags, w.serial, out.data, out.size)
     out.data = NULL
     job_free(job)
     return 0
