@@ -3,7 +3,7 @@
 Handles, queues, fds and bytes only: no asyncio and no policy.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 CANCEL_CODE_WITHDRAWN: int
@@ -25,6 +25,7 @@ CHAN_CLOSED: int
 CHAN_WOULDBLOCK: int
 CHAN_TIMEOUT: int
 CHAN_INTERRUPTED: int
+CHAN_OWN_RECEIVER: int
 
 SHARE_THRESHOLD: int
 _share_owner_addr: int
@@ -102,7 +103,9 @@ class Hub:
     def closed(self) -> bool: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
-    def drain(self) -> list[tuple[int, int, int, int, Any]]: ...
+    def drain(
+        self, wanted: Callable[[int], object] | None = None
+    ) -> list[tuple[int, int, int, int, Any]]: ...
 
 class Queue:
     def __init__(self, spin_seconds: float = 0.0) -> None: ...

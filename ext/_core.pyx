@@ -55,8 +55,9 @@ C-level statics (the registry of live workers) are shared by the process.
 #   ChannelEnd.h / .c                   channel.pxi    set when made, cleared in dealloc
 #   ChannelOp, its `waiter`             channel.pxi    its loop's thread only (documented
 #                                                       contract, as with a GIL)
-#   hub pointer of a channel op         channel.pxi    read on the loop thread, which is
-#                                                       the one that closes that loop's hub
+#   hub pointer of a channel op         channel.pxi    a reference of its own, taken with
+#                                                       Hub.acquire() before the item is
+#                                                       encoded (as Queue.submit does)
 #   share records, owners, pending      share.pxi      asi_share_mu; a worker's owner stays
 #     releases, counters, SharedMem                     allocated until its interpreter is
 #     refs                                              destroyed (a reference held by the

@@ -84,6 +84,7 @@ cdef enum:
     CH_WOULDBLOCK = 20
     CH_TIMEOUT = 21
     CH_INTERRUPTED = 22     # a blocking wait was interrupted (task cancelled): retry from Python
+    CH_OWN_RECEIVER = 23    # send: the item carries a receive end of this channel (refused)
 
 cdef enum:
     OPS_WAITING = 0
@@ -156,6 +157,31 @@ cdef struct ChanOp:
 cdef struct OrphanEnd:
     OrphanEnd* next
     EndHandle* h
+
+
+cdef bint end_is_receiver_of(int64_t p, int64_t kind, const void* c) noexcept nogil:
+    """True if the handle a blob carries (tag 'C': p, kind) is a receive end of channel c.
+
+    No lock: a handle's channel is fixed for its life, and the blob holds a copy.
+    """
+    return p != 0 and kind == CH_RECV and <const void*>(<EndHandle*><Py_ssize_t>p).c == c
+
+
+cdef bint item_carries_receiver_of(ChanItem* item, ChanState* c) noexcept nogil:
+    """True if the item holds a receive end (any clone) of c, anywhere in it.
+
+    Buffered in c, such an end would count as an open receiver of c for as
+    long as the item stays there, and nobody could receive it once the
+    other receive ends are gone: the channel would never break. Longer
+    cycles (a receive end of c1 sent on c2 and one of c2 on c1) are not
+    detected; the docstrings of open_channel() and send() say so.
+    """
+    cdef Reader r
+    cdef int found = 0
+    reader_init(&r, (<char*>item) + sizeof(ChanItem), item.size, 0, NULL)
+    r.recv_of = <const void*>c
+    _discard_obj(&r, &found)  # count mode: drops nothing
+    return r.recv_hits > 0
 
 
 cdef void chan_orphan_end(int64_t p, int64_t kind) noexcept nogil:
@@ -685,19 +711,30 @@ cdef class ChannelOp:
     cdef ChanOp* op
     cdef public object waiter
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("ChannelOp cannot be created directly: channel sends, receives and "
+                        "selects make their own (internal)")
+
     def __dealloc__(self):
         if self.op != NULL:
             op_free(self.op)
             self.op = NULL
 
+    cdef int check(self) except -1:
+        if self.op == NULL:
+            raise TypeError("this ChannelOp was not made by a channel operation (internal)")
+        return 0
+
     @property
     def token(self):
+        self.check()
         return self.op.token
 
     @property
     def status(self):
         """CH_* once committed, else 0."""
         cdef int st
+        self.check()
         chan_lock()
         st = self.op.status if self.op.state == OPS_DONE else 0
         chan_unlock()
@@ -712,6 +749,7 @@ cdef class ChannelOp:
         """Withdraw if still waiting: True means nothing happened; False: it was committed."""
         cdef bint withdrawn = False
         cdef ChanItem* item
+        self.check()
         chan_lock()
         if self.op.state == OPS_WAITING:
             op_withdraw(self.op)
@@ -731,6 +769,7 @@ cdef class ChannelOp:
         cdef ChanItem* item
         cdef int st
         cdef int idx
+        self.check()
         chan_lock()
         item = self.op.item if self.op.kind == CH_RECV else NULL
         if item != NULL:
@@ -748,6 +787,7 @@ cdef class ChannelOp:
 
     def unget(self):
         """Put a received but unclaimed item back at the front of its channel."""
+        self.check()
         chan_lock()
         op_unget_locked(self.op)
         chan_unlock()
@@ -875,7 +915,13 @@ def open_channel_ends(maxsize):
     asi_chan_ids += 1
     c.id = asi_chan_ids
     chan_unlock()
-    send_end = adopt_end(se)
+    try:
+        send_end = adopt_end(se)  # drops se itself if it fails
+    except BaseException:
+        chan_lock()
+        handle_decref_locked(re)  # the receive end nobody got: the channel goes
+        chan_unlock()
+        raise
     return send_end, adopt_end(re)
 
 
@@ -889,6 +935,15 @@ cdef int collect_chans(object ends, ChanState** chans, Py_ssize_t n) except -1:
             raise TypeError(f"select() takes receive ends, got {e!r}")
         chans[i] = e.c
     return 0
+
+
+cdef int released_end(object ends, Py_ssize_t n) noexcept:
+    """Index of the first end whose object dropped its copy (_release()), or -1."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if (<ChannelEnd>ends[i]).h == NULL:
+            return <int>i
+    return -1
 
 
 cdef int any_closed(object ends, Py_ssize_t n) noexcept:
@@ -953,8 +1008,13 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         collect_chans(ends, chans, n)
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
-            h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
+            h = hub.acquire()  # as send_generic: before anything else can run
+        # share_drain() ran Python code (a buffer's release), which may have
+        # released one of these ends (_release()): it counts as closed.
+        index = released_end(ends, n)
+        if index >= 0:
+            return CH_CLOSED, index, None
         chan_lock()
         index = any_closed(ends, n)
         if index >= 0:
@@ -978,10 +1038,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
         for i in range(n):
             op.links[i].end = (<ChannelEnd>ends[i]).h
         if mode == 1:
-            pthread_mutex_lock(&h.mu)
-            h.refs += 1
-            pthread_mutex_unlock(&h.mu)
-            op.hub = h
+            op.hub = h  # the op owns the reference from here on
+            h = NULL
             wrapper.op = op
             chan_unlock()
             return wrapper
@@ -1001,6 +1059,8 @@ cdef object recv_generic(object ends, int mode, Hub hub, double deadline):
     finally:
         if chans != one:
             free(chans)
+        if h != NULL:
+            hub_decref(h)
 
 
 def select_nowait(ends):
@@ -1166,49 +1226,66 @@ cdef class ChannelEnd:
         cdef ChanOp* op
         cdef HubState* h = NULL
         cdef ChannelOp wrapper = None
-        cdef ChanState* c = self.c
+        cdef ChanState* c
         cdef int st
         self.check()
         share_drain(current_owner())  # what receivers released of earlier items (long tasks)
         if mode == 1:
-            h = hub.state()
             wrapper = ChannelOp.__new__(ChannelOp)
-        item = item_encode(obj)
-        chan_lock()
-        if self.h.closed:
-            st = CH_CLOSED
-        else:
-            st = chan_try_send(c, item)
-        if st != CH_WOULDBLOCK or mode == 0:
-            if st != CH_DONE:
-                item_discard(item)  # refused: drop what it carries (at this unlock)
+            # The hub's reference before encoding runs Python code, as
+            # Queue.submit takes it: a hub closed meanwhile cannot be freed
+            # under this op (it is then withdrawn at commit, never given the item).
+            h = hub.acquire()
+        try:
+            item = item_encode(obj)
+            # Python code ran since check() (share_drain's releases, the item's
+            # __reduce__), which may have released this very end (_release()):
+            # then it counts as closed, and self.h and self.c are gone.
+            if self.h == NULL:
+                item_discard(item)
+                chan_release_orphans()
+                return CH_CLOSED
+            c = self.c
+            if item_carries_receiver_of(item, c):
+                item_discard(item)  # drop the copies it carries (no channel lock held here)
+                chan_release_orphans()
+                return CH_OWN_RECEIVER
+            chan_lock()
+            if self.h.closed:
+                st = CH_CLOSED
+            else:
+                st = chan_try_send(c, item)
+            if st != CH_WOULDBLOCK or mode == 0:
+                if st != CH_DONE:
+                    item_discard(item)  # refused: drop what it carries (at this unlock)
+                chan_unlock()
+                return st
+            op = op_new(CH_SEND, 1, mode == 2)
+            if op == NULL:
+                item_discard(item)
+                chan_unlock()
+                raise_no_memory()
+            op.item = item
+            op_register(op, &c)
+            op.links[0].end = self.h
+            if mode == 1:
+                op.hub = h  # the op owns the reference from here on
+                h = NULL
+                wrapper.op = op
+                chan_unlock()
+                return wrapper
+            op.ident = PyThread_get_thread_ident()
+            sync_list_add(op)
             chan_unlock()
+            # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
+            with nogil:
+                st = op_wait_blocking(op, deadline)
+            # GIL: none -> X
+            op_free(op)
             return st
-        op = op_new(CH_SEND, 1, mode == 2)
-        if op == NULL:
-            item_discard(item)
-            chan_unlock()
-            raise_no_memory()
-        op.item = item
-        op_register(op, &c)
-        op.links[0].end = self.h
-        if mode == 1:
-            pthread_mutex_lock(&h.mu)
-            h.refs += 1
-            pthread_mutex_unlock(&h.mu)
-            op.hub = h
-            wrapper.op = op
-            chan_unlock()
-            return wrapper
-        op.ident = PyThread_get_thread_ident()
-        sync_list_add(op)
-        chan_unlock()
-        # GIL: X -> none (wait for a receiver without blocking this interpreter's other threads)
-        with nogil:
-            st = op_wait_blocking(op, deadline)
-        # GIL: none -> X
-        op_free(op)
-        return st
+        finally:
+            if h != NULL:
+                hub_decref(h)
 
     def _send_nowait(self, obj):
         return self.send_generic(obj, 0, None, -1.0)
@@ -1241,3 +1318,4 @@ CHAN_CLOSED = CH_CLOSED
 CHAN_WOULDBLOCK = CH_WOULDBLOCK
 CHAN_TIMEOUT = CH_TIMEOUT
 CHAN_INTERRUPTED = CH_INTERRUPTED
+CHAN_OWN_RECEIVER = CH_OWN_RECEIVER

@@ -36,6 +36,7 @@ cdef struct Job:
     char* data
     Py_ssize_t size
     HubState* hub       # where the completion goes; holds a reference
+    void* comp          # its Completion, allocated at submit: posting it cannot fail
 
 
 cdef struct Completion:
@@ -68,6 +69,7 @@ cdef struct JobQueue:
 
 
 cdef void job_free(Job* job) noexcept nogil:
+    free(job.comp)  # NULL once posted (hub_post_job)
     free(job.data)
     if job.hub != NULL:
         hub_decref(job.hub)
@@ -248,6 +250,13 @@ cdef class Queue:
             hub_decref(h)
             raise
         job = <Job*>calloc(1, sizeof(Job))
+        if job != NULL:
+            # The completion too, here where running out of memory raises at
+            # the call site: a worker that finished the job can always post it.
+            job.comp = calloc(1, sizeof(Completion))
+            if job.comp == NULL:
+                free(job)
+                job = NULL
         if job == NULL:
             blob_discard(b.data, b.size)
             chan_release_orphans()
@@ -322,7 +331,7 @@ cdef class Queue:
             job = jobs
             jobs = job.next
             copy = c_strdup(b.data, b.size)
-            hub_post_new(job.hub, job.tid, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
+            hub_post_job(job, DONE_ERROR, 0, 0, copy, b.size if copy != NULL else 0)
             blob_discard(job.data, job.size)
             chan_release_orphans()
             job_free(job)

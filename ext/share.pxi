@@ -25,7 +25,8 @@
 # the last reference (no interpreter owns it). Used by SharedBuffer and
 # SharedLock.
 #
-# File descriptors (tag 'd'): the sender dup()s; the blob owns the duplicate;
+# File descriptors (tag 'd'): the sender duplicates the fd close-on-exec
+# (non-inheritable, PEP 446, as os.dup makes it); the blob owns the duplicate;
 # the receiver adopts it (an int, or a socket rebuilt around it).
 
 from cpython.buffer cimport PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
@@ -46,8 +47,11 @@ cdef extern from "Python.h" nogil:
     # Needs no GIL and no thread state; the function runs in main's main thread with main's GIL.
     int Py_AddPendingCall(int (*func)(void*) noexcept nogil, void* arg)
 
-cdef extern from "unistd.h" nogil:
-    int dup(int fd)
+cdef extern from "<fcntl.h>" nogil:
+    # F_DUPFD_CLOEXEC (POSIX 2008; Linux, macOS): a duplicate that is close-on-exec in
+    # one step, as Python's own fds are (PEP 446). Plain dup() clears the flag.
+    int fcntl(int fd, int cmd, ...)
+    int F_DUPFD_CLOEXEC
 
 cdef enum:
     TAG_SHARE = 66        # 'B': rec pointer, offset, length, readonly (owns one rec reference)
@@ -352,7 +356,13 @@ cdef object decode_share(Reader* r):
     cdef int64_t off = rd_i64(r)
     cdef int64_t n = rd_i64(r)
     cdef int64_t ro = rd_i64(r)
-    cdef _ShareView sv = _ShareView.__new__(_ShareView)
+    cdef _ShareView sv
+    # Adopted from here on (decode_obj): drop the reference if no view takes it.
+    try:
+        sv = _ShareView.__new__(_ShareView)
+    except BaseException:
+        rec_decref(rec)
+        raise
     sv.rec = rec
     sv.off = off
     sv.n = n
@@ -561,12 +571,19 @@ cdef object decode_shared_mem(Reader* r):
     cdef int64_t kind = rd_i64(r)
     cdef SharedBuffer sb
     cdef SharedLock sl
+    # Adopted from here on (decode_obj): drop the reference if no wrapper takes it.
+    try:
+        if kind == SHM_BUFFER:
+            sb = SharedBuffer.__new__(SharedBuffer, 0)
+        else:
+            sl = SharedLock.__new__(SharedLock)
+    except BaseException:
+        shm_decref(m)
+        raise
     if kind == SHM_BUFFER:
-        sb = SharedBuffer.__new__(SharedBuffer, 0)
         shm_decref(sb.m)
         sb.m = m
         return sb
-    sl = SharedLock.__new__(SharedLock)
     shm_decref(sl.m)
     sl.m = m
     return sl
@@ -594,8 +611,9 @@ cdef class ShareRequest:
 cdef class FileDescriptor:
     """An open file descriptor to hand to another interpreter.
 
-    Crossing duplicates it (os.dup); the receiver gets the duplicate as an
-    int and owns it (close it when done). The original stays open here.
+    Crossing duplicates it (as os.dup does: the duplicate is non-inheritable,
+    PEP 446); the receiver gets the duplicate as an int and owns it (close it
+    when done). The original stays open here.
     """
     cdef readonly int fd
 
@@ -616,7 +634,7 @@ cdef class FileDescriptor:
 cdef int encode_fd(Buf* b, int fd, int64_t kind, int64_t family, int64_t stype, int64_t proto) except -1:
     cdef int d
     buf_reserve(b, 41)
-    d = dup(fd)
+    d = fcntl(fd, F_DUPFD_CLOEXEC, 0)
     if d < 0:
         raise_os_error(errno, f"cannot pass file descriptor {fd} to an interpreter",
                        with_strerror=True)
@@ -636,8 +654,10 @@ cdef object decode_fd(Reader* r):
     cdef int64_t stype = rd_i64(r)
     cdef int64_t proto = rd_i64(r)
     if kind == FD_SOCKET:
-        import socket
+        # This decoder owns fd from the start (decode_obj counts it as
+        # adopted): anything that fails, the import included, closes it.
         try:
+            import socket
             return socket.socket(family, stype, proto, fileno=fd)
         except BaseException:
             close(fd)
@@ -745,10 +765,7 @@ cdef int blob_discard_from(const char* data, Py_ssize_t size, const char* start)
     """blob_discard, for the references that begin at `start` or later only
     (those before it were taken over by a decode that failed afterwards)."""
     cdef Reader r
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = start
+    reader_init(&r, data, size, 0, start)
     return _discard_obj(&r, NULL)
 
 
@@ -758,10 +775,7 @@ cdef Py_ssize_t blob_refs(const char* data, Py_ssize_t size) noexcept nogil:
     receivers (worker settings) must own none: each copy would adopt them."""
     cdef Reader r
     cdef int found = 0
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = data
+    reader_init(&r, data, size, 0, data)
     if _discard_obj(&r, &found) < 0:
         return -1
     return found
@@ -793,6 +807,8 @@ cdef int _discard_obj(Reader* r, int* count) noexcept nogil:
         memcpy(&v, r.p, 8)
         memcpy(&n, r.p + 8, 8)
         r.p += 16
+        if count != NULL and r.recv_of != NULL and end_is_receiver_of(v, n, r.recv_of):
+            r.recv_hits += 1
         if not keep:
             chan_orphan_end(v, n)
         return 0

@@ -84,23 +84,45 @@ cdef void hub_post(HubState* h, Completion* c) noexcept nogil:
         hub_wake(h)
 
 
-cdef int hub_post_new(HubState* h, uint64_t tid, int status, int flags, uint64_t serial,
-                      char* data, Py_ssize_t size) noexcept nogil:
-    """Post a completion carrying `data` (ownership passes to the hub). Returns -1 if out of memory."""
-    cdef Completion* c = <Completion*>calloc(1, sizeof(Completion))
-    if c == NULL:
+cdef void hub_post_job(Job* job, int status, int flags, uint64_t serial, char* data,
+                       Py_ssize_t size) noexcept nogil:
+    """Post job's outcome in the Completion allocated with it (ownership of
+    `data` passes to the hub). Never fails, so a finished job is never lost."""
+    cdef Completion* c = <Completion*>job.comp
+    if c == NULL:  # posted already (a bug): drop what it carries, never crash
         blob_discard(data, size)
         chan_release_orphans()
         free(data)
-        return -1
-    c.tid = tid
+        return
+    job.comp = NULL
+    c.tid = job.tid
     c.status = status
     c.flags = flags
     c.worker_serial = serial
     c.data = data
     c.size = size
-    hub_post(h, c)
-    return 0
+    hub_post(job.hub, c)
+
+
+cdef void hub_unget(HubState* h, Completion* c) noexcept nogil:
+    """Put completions taken by a drain back at the front of the list (in
+    order), for the next drain; dropped if the hub closed meanwhile."""
+    cdef Completion* last = c
+    if c == NULL:
+        return
+    while last.next != NULL:
+        last = last.next
+    pthread_mutex_lock(&h.mu)
+    if h.closed:
+        pthread_mutex_unlock(&h.mu)
+        completions_free(c)
+        return
+    last.next = h.head
+    if h.head == NULL:
+        h.tail = last
+    h.head = c
+    pthread_mutex_unlock(&h.mu)
+    hub_wake(h)  # the drain cleared the fd before taking them
 
 
 cdef void hub_release(HubState* h) noexcept nogil:
@@ -200,25 +222,36 @@ cdef class Hub:
     def closed(self):
         return self.h == NULL
 
-    def drain(self):
+    def drain(self, wanted=None):
         """Return every completion posted so far as (tid, status, flags, serial, value).
 
         The value is decoded here, in the calling interpreter. A value that
         cannot be decoded gives status DONE_LOCAL_ERROR and the exception.
+
+        wanted: None (decode every value), or a callable given a completion's
+        tid, true if its value is still awaited. A value nobody awaits (its
+        task was cancelled after it finished) is dropped undecoded, as a
+        closed hub drops it: its fds are closed, its shares and channel ends
+        released (decoded, a bare int fd would leak). It is reported with
+        value None, so that its flags still count. Called only for
+        completions that carry a value (channel ops carry none).
         """
         # A reference for the drain: decoding runs Python code, and a close()
         # from another thread meanwhile (a misuse, but on a free-threaded
         # build nothing else serialises the two) must not free h.
         cdef HubState* h = self.acquire()
         try:
-            return self._drain(h)
+            return self._drain(h, wanted)
         finally:
             hub_decref(h)
 
-    cdef list _drain(self, HubState* h):
+    cdef list _drain(self, HubState* h, object wanted):
         cdef char sink[256]
         cdef Completion* c
         cdef Completion* nxt
+        cdef bint consumed
+        cdef uint64_t tid, serial
+        cdef int flags
         # Clear the fd before taking the list: a completion posted after the
         # take finds an empty list and writes the fd again, so none is lost.
         while read(h.rfd, sink, sizeof(sink)) > 0:
@@ -230,19 +263,40 @@ cdef class Hub:
         h.tail = NULL
         pthread_mutex_unlock(&h.mu)
         out = []
-        while c != NULL:
-            nxt = c.next
-            status = c.status
-            try:
+        try:
+            while c != NULL:
+                status = c.status
+                value = None
                 if c.size:
-                    value = decode_blob(c.data, c.size)
-                else:
-                    value = None
-            except BaseException as exc:
-                status = DONE_LOCAL_ERROR
-                value = exc
-            out.append((c.tid, status, c.flags, c.worker_serial, value))
-            free(c.data)
-            free(c)
-            c = nxt
+                    consumed = False
+                    try:
+                        if wanted is None or wanted(c.tid):
+                            consumed = True  # decode_blob drops what it fails to adopt
+                            value = decode_blob(c.data, c.size)
+                        else:
+                            consumed = True
+                            blob_discard(c.data, c.size)
+                            chan_release_orphans()
+                    except BaseException as exc:
+                        if not consumed:  # wanted() raised: nobody decoded the value
+                            blob_discard(c.data, c.size)
+                            chan_release_orphans()
+                        status = DONE_LOCAL_ERROR
+                        value = exc
+                    free(c.data)  # decoded or dropped: the blob owns nothing any more
+                    c.data = NULL
+                    c.size = 0
+                # c is unlinked and freed before anything else can fail.
+                nxt = c.next
+                tid = c.tid
+                flags = c.flags
+                serial = c.worker_serial
+                free(c)
+                c = nxt
+                out.append((tid, status, flags, serial, value))
+        finally:
+            # Reached with c != NULL only when something outside the
+            # per-completion try failed (out of memory for the list): the
+            # rest goes back, undecoded, for the next drain; none is lost.
+            hub_unget(h, c)
         return out

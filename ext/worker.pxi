@@ -432,10 +432,7 @@ cdef int worker_post(WorkerState* w, object runner, Job* job, int status,
         flags |= DONE_FLAG_RETIRED
         w.stop = 1
     pthread_mutex_unlock(&w.q.mu)
-    if hub_post_new(job.hub, job.tid, status, flags, w.serial, out.data, out.size) != 0:
-        out.data = NULL
-        job_free(job)
-        raise_no_memory("aiosubinterp: out of memory while posting a completion")
+    hub_post_job(job, status, flags, w.serial, out.data, out.size)
     out.data = NULL
     job_free(job)
     return 0
@@ -551,9 +548,35 @@ cdef int worker_claim_interrupt(WorkerState* w, uint64_t tid, bint holding_gil) 
     return CLAIM_INJECT
 
 
+cdef WorkerState* own_worker(Py_ssize_t handle) except NULL:
+    """The worker behind `handle`, which must be a live worker whose thread is this one.
+
+    The _worker_* functions are the worker side of the contract above, called
+    by that worker's Runner on its own thread; any other handle (a stale or
+    made-up number, another worker, a call from another thread) is refused
+    rather than dereferenced. Being the worker's thread also keeps w alive
+    for the whole call (a worker is freed only after its thread ended).
+    """
+    cdef WorkerState* w
+    cdef bint ok = False
+    asi_registry_lock()
+    w = <WorkerState*>asi_live_head
+    while w != NULL:
+        if <Py_ssize_t>w == handle:
+            ok = w.ident == PyThread_get_thread_ident()
+            break
+        w = w.next_live
+    asi_registry_unlock()
+    if not ok:
+        raise_wrong_state(f"aiosubinterp: {handle} is not this thread's aiosubinterp worker: "
+                          "the _worker_* functions are internal, called only by a worker's "
+                          "own Runner (aiosubinterp._inside.worker) on its thread")
+    return w
+
+
 def _worker_concurrency(Py_ssize_t handle):
     """Worker side: how many jobs this worker may run at once."""
-    return (<WorkerState*>handle).concurrency
+    return own_worker(handle).concurrency
 
 
 def _worker_session_begin(Py_ssize_t handle, int fd):
@@ -561,7 +584,7 @@ def _worker_session_begin(Py_ssize_t handle, int fd):
     worker's event loop serves up to `concurrency` jobs, woken through fd
     (new jobs, cancellations, stop). The dispatched job becomes the session's
     first; returns its task id."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef Job* job
     cdef bint hit
     pthread_mutex_lock(&w.q.mu)
@@ -596,7 +619,7 @@ def _worker_take(Py_ssize_t handle):
     Returns None, or (tid, kind, ok, payload_or_error, settings_or_None).
     The job stays this worker's until _worker_complete(tid).
     """
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef JobQueue* q = w.q
     cdef Job* job = NULL
     cdef char* settings = NULL
@@ -638,7 +661,7 @@ def _worker_take(Py_ssize_t handle):
 def _worker_call_guarded(Py_ssize_t handle, uint64_t tid, fn, args, kwargs):
     """Worker side, in a session: fn(*args, **kwargs) for job tid. While it
     runs, cancelling tid injects KeyboardInterrupt (as outside sessions)."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef int i
     cdef bint asked
     cdef bint hit
@@ -669,7 +692,7 @@ def _worker_call_guarded(Py_ssize_t handle, uint64_t tid, fn, args, kwargs):
 
 def _worker_cancels(Py_ssize_t handle):
     """Worker side, in a session: task ids asked to cancel since the last call."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef int i
     out = []
     pthread_mutex_lock(&w.q.mu)
@@ -688,7 +711,7 @@ def _worker_complete(Py_ssize_t handle, uint64_t tid, failure, value, bint cance
     cancelled: the job ended by KeyboardInterrupt or CancelledError; it is
     reported as cancelled if the caller asked for that, else as an error.
     """
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef int i
     cdef int status
     cdef Job* job = NULL
@@ -718,7 +741,7 @@ def _worker_complete(Py_ssize_t handle, uint64_t tid, failure, value, bint cance
 def _worker_session_end(Py_ssize_t handle, runner):
     """Worker side: leave the session (back to the C job loop). A job still
     listed (the session failed) is completed with an error, never lost."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef int i
     cdef list left = []
     pthread_mutex_lock(&w.q.mu)
@@ -742,7 +765,7 @@ def _worker_session_end(Py_ssize_t handle, runner):
 def _worker_set_wake(Py_ssize_t handle, int fd):
     """Worker side: fd >= 0 routes cancellation of the current job to fd (a coroutine
     runs on the worker's loop); -1 goes back to injecting KeyboardInterrupt."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     pthread_mutex_lock(&w.q.mu)
     w.wake_fd = fd
     pthread_mutex_unlock(&w.q.mu)
@@ -750,7 +773,7 @@ def _worker_set_wake(Py_ssize_t handle, int fd):
 
 def _worker_cancel_requested(Py_ssize_t handle):
     """Worker side: True if the job it runs now was asked to stop."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef bint hit
     pthread_mutex_lock(&w.q.mu)
     hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
@@ -760,7 +783,7 @@ def _worker_cancel_requested(Py_ssize_t handle):
 
 def _worker_main(Py_ssize_t handle):
     """The job loop of one worker; runs on its thread, inside its interpreter."""
-    cdef WorkerState* w = <WorkerState*>handle
+    cdef WorkerState* w = own_worker(handle)
     cdef Buf err
     cdef ShareOwner* owner
     global _share_owner_addr

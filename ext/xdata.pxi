@@ -29,6 +29,10 @@ cdef enum:
     # Native nesting deeper than this is pickled as a whole instead, so the C
     # stack of the encoder stays bounded whatever the input.
     MAX_NATIVE_DEPTH = 64
+    # The decoder refuses deeper nesting (loads() takes any bytes): what the
+    # encoder makes nests at most a few levels past MAX_NATIVE_DEPTH (a pickle
+    # with out-of-band views or channel ends at the deepest native level).
+    MAX_DECODE_DEPTH = MAX_NATIVE_DEPTH + 16
 
 
 cdef struct Buf:
@@ -252,6 +256,22 @@ cdef struct Reader:
     # end) taken over by a decoded object. blob_discard: references that start
     # before it are skipped (a failed decode drops only the rest).
     const char* adopted
+    # Counting (blob_refs, item_carries_receiver_of): receive ends of this
+    # channel (a ChanState*) found are counted in recv_hits as well.
+    const void* recv_of
+    int recv_hits
+    int depth                # containers being decoded (bounds decode_obj's recursion)
+
+
+cdef inline void reader_init(Reader* r, const char* data, Py_ssize_t size, int no_refs,
+                             const char* adopted) noexcept nogil:
+    r.p = data
+    r.end = data + size
+    r.no_refs = no_refs
+    r.adopted = adopted
+    r.recv_of = NULL
+    r.recv_hits = 0
+    r.depth = 0
 
 
 cdef inline int rd_need(Reader* r, Py_ssize_t n) except -1:
@@ -266,6 +286,17 @@ cdef inline int64_t rd_i64(Reader* r) except? -1:
     memcpy(&v, r.p, 8)
     r.p += 8
     return v
+
+
+cdef inline int rd_enter(Reader* r) except -1:
+    """One more container level; refused past MAX_DECODE_DEPTH (the caller
+    decrements r.depth when the container is done; a failed decode is abandoned)."""
+    r.depth += 1
+    if r.depth > MAX_DECODE_DEPTH:
+        raise ValueError(f"aiosubinterp: transfer data nested too deeply (more than "
+                         f"{MAX_DECODE_DEPTH} levels); dumps() never nests that deep, so this "
+                         "input was not made by it")
+    return 0
 
 
 cdef inline double rd_f64(Reader* r) except? -1.0:
@@ -304,30 +335,40 @@ cdef object decode_obj(Reader* r):
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
+        rd_enter(r)
         tup = PyTuple_New(n)
         for i in range(n):
             item = decode_obj(r)
             Py_INCREF(item)
             PyTuple_SET_ITEM(tup, i, item)
+        r.depth -= 1
         return tup
     if tag == TAG_FROZENSET:
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
-        return frozenset([decode_obj(r) for i in range(n)])
+        rd_enter(r)
+        fs = frozenset([decode_obj(r) for i in range(n)])
+        r.depth -= 1
+        return fs
     if tag == TAG_LIST:
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
-        return [decode_obj(r) for i in range(n)]
+        rd_enter(r)
+        lst = [decode_obj(r) for i in range(n)]
+        r.depth -= 1
+        return lst
     if tag == TAG_DICT:
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
+        rd_enter(r)
         d = {}
         for i in range(n):
             key = decode_obj(r)
             d[key] = decode_obj(r)
+        r.depth -= 1
         return d
     if r.no_refs and (tag == TAG_SHARE or tag == TAG_SHARED_MEM or tag == TAG_FD
                       or tag == TAG_PICKLE_OOB or tag == TAG_CHANNEL or tag == TAG_WITH_ENDS):
@@ -356,13 +397,16 @@ cdef object decode_obj(Reader* r):
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
+        rd_enter(r)
         ends = [decode_obj(r) for i in range(n)]
         rd_need(r, 1)
         tag = <unsigned char>r.p[0]
         r.p += 1
         if tag != TAG_PICKLE and tag != TAG_PICKLE_OOB:
             raise_corrupt("ends")
-        return decode_pickle(r, tag, ends)
+        value = decode_pickle(r, tag, ends)
+        r.depth -= 1
+        return value
     if tag == TAG_PICKLE_OOB:
         return decode_pickle(r, tag, None)
     n = rd_i64(r)
@@ -391,7 +435,9 @@ cdef object decode_pickle(Reader* r, unsigned char tag, list ends):
         n = rd_i64(r)
         if n < 0 or n > r.end - r.p:
             rd_need(r, -1)
+        rd_enter(r)
         views = [decode_obj(r) for i in range(n)]
+        r.depth -= 1
     n = rd_i64(r)
     rd_need(r, n)
     start = r.p
@@ -404,10 +450,7 @@ cdef object decode_blob(const char* data, Py_ssize_t size):
     (the caller only frees the blob): a half-decoded job or item leaks no fd,
     share or channel end."""
     cdef Reader r
-    r.p = data
-    r.end = data + size
-    r.no_refs = 0
-    r.adopted = data
+    reader_init(&r, data, size, 0, data)
     try:
         value = decode_obj(&r)
         if r.p != r.end:
@@ -464,10 +507,7 @@ def loads(data):
     if not raw:
         raise ValueError("aiosubinterp.loads: empty input")
     cdef Reader r
-    r.p = PyBytes_AS_STRING(raw)
-    r.end = r.p + PyBytes_GET_SIZE(raw)
-    r.no_refs = 1
-    r.adopted = NULL
+    reader_init(&r, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), 1, NULL)
     value = decode_obj(&r)
     if r.p != r.end:
         raise_corrupt("trailing bytes")

@@ -502,14 +502,18 @@ async def test_channel_of_channels():
         assert await asyncio.wait_for(task, T) == "SendChannel"
         with pytest.raises(asi.EndOfChannel):
             await data_recv.recv()  # the worker closed the last send end
-        # Ends inside a pickled container cross too.
+        # Ends inside a pickled container cross too. (A receive end of the
+        # channel itself would be refused: tests/test_review_core_2.py.)
         s, r = asi.open_channel(1)
-        s.send_nowait([r, {"k": s}])
+        s2, r2 = asi.open_channel(1)
+        s.send_nowait([r2, {"k": s}])
         lst = r.recv_nowait()
+        assert lst[0]._channel_id == r2._channel_id
         assert isinstance(lst[0], asi.RecvChannel) and isinstance(lst[1]["k"], asi.SendChannel)
         assert s.statistics().open_send_channels == 1  # the same end, not a clone
         lst[1]["k"].close()
         assert s.closed and data_send.closed
+        s2.close()
 
 
 async def test_select_sync_in_an_interpreter():

@@ -34,6 +34,7 @@ _CLOSED = _core.CHAN_CLOSED
 _WOULDBLOCK = _core.CHAN_WOULDBLOCK
 _TIMEOUT = _core.CHAN_TIMEOUT
 _INTERRUPTED = _core.CHAN_INTERRUPTED
+_OWN_RECEIVER = _core.CHAN_OWN_RECEIVER
 
 # Loaded on first async use (never inside a worker interpreter).
 _aio: Any = None
@@ -130,6 +131,16 @@ def send_error(end: object, status: int) -> BaseException:
         )
     if status == _WOULDBLOCK:
         return WouldBlock(f"{end!r}: the channel is full (or, unbuffered, has no waiting receiver)")
+    if status == _OWN_RECEIVER:
+        from aiosubinterp._errors import NotShareableError
+
+        return NotShareableError(
+            f"cannot send this item on {end!r}: it holds a receive end of the same channel. "
+            "Buffered there, that end would keep the channel open for ever (once the other "
+            "receive ends are gone nobody could receive it, and senders would wait instead of "
+            "getting BrokenChannelError). Pass the receive end as a task argument or through "
+            "another channel (nothing was sent)"
+        )
     return RuntimeError(f"aiosubinterp: unexpected channel status {status}; please report this bug")
 
 
@@ -250,6 +261,8 @@ class SendChannel(_End):
         Raises:
             ChannelClosedError: this end is closed.
             BrokenChannelError: every receive end is closed.
+            NotShareableError: value cannot cross, or holds a receive end of
+                this same channel (see open_channel() on cycles of ends).
 
         Cancellation: atomic. If CancelledError is raised, the item was not
         sent. If the item had already been taken when the cancellation came,
@@ -416,6 +429,18 @@ def open_channel(maxsize: float = 0) -> tuple[SendChannel, RecvChannel]:
 
     The ends work in any interpreter and on any event loop: pass them as
     task arguments or send them through channels.
+
+    Cycles of ends: an end buffered in a channel counts as open for as long
+    as it waits there. So a receive end sent into its own channel would keep
+    that channel open for ever once every other receive end is gone (nobody
+    could receive it, senders would wait instead of getting
+    BrokenChannelError, and the buffered items would never be freed); send()
+    refuses it with NotShareableError. Longer cycles are not detected: a
+    receive end of channel 1 buffered in channel 2 while a receive end of
+    channel 2 is buffered in channel 1 keeps both open for ever. Do not
+    leave receive ends in channels that only they can drain. A send end in
+    its own channel is fine: it goes when the channel's last receive end
+    closes (buffered items are dropped then).
     """
     if isinstance(maxsize, bool) or not (
         (isinstance(maxsize, int) and maxsize >= 0) or maxsize == math.inf

@@ -199,7 +199,8 @@ class _Completions:
             while True:
                 wait()  # releases the GIL while there is nothing to deliver
                 last = closed.done()  # read before draining: nothing can come after
-                self._deliver(self.hub.drain())
+                # Values of futures no longer pending are dropped undecoded.
+                self._deliver(self.hub.drain(self.pending.__contains__))
                 if last:
                     break
         finally:

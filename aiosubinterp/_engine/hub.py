@@ -114,9 +114,16 @@ class LoopHub:
     def default_pool(self, pool: Any) -> None:
         self._owned.default_pool = pool
 
+    def _wants(self, tid: int) -> bool:
+        # A Task cancelled after its call finished stays in pending (its
+        # completion still carries the worker's flags) but wants no value: it
+        # is dropped undecoded, so the fds it carries are closed.
+        task = self.pending.get(tid)
+        return task is not None and not (isinstance(task, asyncio.Future) and task.done())
+
     def drain(self) -> None:
         pending = self.pending
-        for tid, status, flags, serial, value in self.core.drain():
+        for tid, status, flags, serial, value in self.core.drain(self._wants):
             task = pending.pop(tid, None)
             if task is None:
                 continue
