@@ -1,0 +1,51 @@
+"""Worker-side functions for tests/test_leftover_threads.py: tasks that start
+threads in their interpreter and return while those threads still run.
+
+Importable in a worker: no asyncio at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+
+def leave_thread(name: str = "left-behind") -> int:
+    """Start a threading.Thread that sleeps an hour; return at once."""
+    threading.Thread(target=time.sleep, args=(3600,), name=name).start()
+    return threading.get_ident()
+
+
+def leave_raw() -> int:
+    """Start a _thread thread (no threading.Thread object) that sleeps an hour."""
+    import _thread
+
+    return _thread.start_new_thread(time.sleep, (3600,))
+
+
+def leave_thread_until(rfd: int, name: str = "waits-for-a-byte") -> None:
+    """Start a threading.Thread that ends once a byte arrives on rfd."""
+    threading.Thread(target=os.read, args=(rfd, 1), name=name).start()
+
+
+def short_thread(done_fd: int) -> None:
+    """Start a threading.Thread that writes b"t" to done_fd and ends; return at once.
+
+    The pool closes after the byte arrived: the thread's Python code is over,
+    though its thread state may not be gone yet.
+    """
+    threading.Thread(target=os.write, args=(done_fd, b"t"), name="short").start()
+
+
+def short_raw(done_fd: int) -> None:
+    """As short_thread, with a _thread thread."""
+    import _thread
+
+    _thread.start_new_thread(os.write, (done_fd, b"t"))
+
+
+def interp_id() -> int:
+    from aiosubinterp import _core
+
+    return _core.current_interpreter_id()
