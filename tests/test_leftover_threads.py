@@ -30,7 +30,8 @@ TESTS = os.path.join(ROOT, "tests")
 LOOPS = ["asyncio", "uvloop"]
 
 
-def run_child(tmp_path, body: str, loop_kind: str, timeout: float = 90) -> subprocess.CompletedProcess:
+def run_child(tmp_path, body: str, loop_kind: str,
+              timeout: float = 90) -> subprocess.CompletedProcess:
     """Run `async def main()` (body) on loop_kind in a fresh interpreter; its outcome."""
     source = textwrap.dedent("""
         import asyncio, os, sys, warnings
