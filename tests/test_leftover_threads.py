@@ -192,3 +192,40 @@ async def test_thread_still_starting_when_the_pool_closes_is_joined(pipe):
         await pool.run(threadfuncs.short_thread, w)
         await pool.run(threadfuncs.short_raw, w)
     assert os.read(r, 2) in (b"tt", b"t")
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_worker_replaced_after_a_stuck_cancel_with_a_running_thread(tmp_path, loop_kind):
+    # The cancelled task ignores interruptions: its worker is given up on and
+    # replaced; once the task ends, its thread still runs, and the close
+    # abandons that interpreter with a warning.
+    proc = run_child(tmp_path, """
+        async def main():
+            r, w = os.pipe()
+            r2, w2 = os.pipe()
+            pool = asi.InterpreterPool(1, cancel_grace=0.2)
+            task = pool.submit(threadfuncs.stubborn_with_thread, r, w2)
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, os.read, r2, 1) == b"s"
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                print("cancelled", flush=True)
+            await asyncio.wait_for(pool.run(threadfuncs.interp_id), 60)  # a new worker
+            print("replaced", pool.statistics()["replaced"], flush=True)
+            os.write(w, b"xx")  # the stubborn task returns; its thread runs on
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                await asyncio.wait_for(pool.aclose(), 60)
+            show(caught)
+            print("closed", pool.closed, flush=True)
+    """, loop_kind)
+    no_crash(proc)
+    out = proc.stdout
+    assert "cancelled\nreplaced 1\n" in out and "closed True\nleft main\n" in out, (
+        out, proc.stderr[-3000:])
+    warned = [line for line in out.splitlines() if line.startswith("warned:")]
+    assert len(warned) == 1 and "'from-stubborn-task'" in warned[0], out
+    assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
+    assert "'from-stubborn-task'" in proc.stderr

@@ -49,3 +49,17 @@ def interp_id() -> int:
     from aiosubinterp import _core
 
     return _core.current_interpreter_id()
+
+
+def stubborn_with_thread(rfd: int, wfd: int) -> None:
+    """Start a thread that sleeps an hour, write b"s" to wfd, then block in
+    os.read(rfd) (no bytecode runs, so an interruption waits) until two bytes
+    came: a cancel gives up on its worker and replaces it."""
+    threading.Thread(target=time.sleep, args=(3600,), name="from-stubborn-task").start()
+    try:
+        os.write(wfd, b"s")
+        os.read(rfd, 1)
+    except KeyboardInterrupt:
+        # It landed before the read, or fired once the read returned: one more
+        # read (main writes two bytes), so the cancel never ends the task.
+        os.read(rfd, 1)

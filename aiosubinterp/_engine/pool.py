@@ -417,7 +417,9 @@ class InterpreterPool(_Engine):
             start, with ``initargs``. If it raises, the pool is broken.
         max_tasks_per_interpreter: replace an interpreter after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop before its
-            interpreter is given up and replaced.
+            interpreter is given up and replaced; also how long closing an
+            interpreter waits for threads its tasks left running (if one
+            still runs, the interpreter is abandoned with a RuntimeWarning).
         concurrency_per_interpreter: how many ``async def`` calls one
             interpreter runs at once on its event loop (for I/O-bound
             coroutines; default 1). While an interpreter's loop runs
