@@ -1432,13 +1432,16 @@ def _shutdown_all(double grace=5.0):
         if not ended:
             stranded = True
             import sys
-            left = worker_leftover_description(w)
-            sys.stderr.write(
-                f"aiosubinterp: interpreter {w.interp_id} still runs {left} at exit, "
-                f"started by a task and still running {grace:g}s after the interpreter "
-                "was asked to stop; CPython cannot destroy an interpreter while another of "
-                "its threads runs (and aborts when it exits with a live one), so the process "
-                "exits now with status 70, without finalizing.\n")
+            try:
+                sys.stderr.write(
+                    f"aiosubinterp: interpreter {w.interp_id} still runs "
+                    f"{worker_leftover_description(w)} at exit, started by a task and left "
+                    f"running (waited up to {grace:g}s for it); CPython cannot destroy an "
+                    "interpreter while another of its threads runs (and aborts when it exits "
+                    "with a live one), so the process exits now with status 70, without "
+                    "finalizing.\n")
+            except Exception:  # no stderr: exit with 70 all the same
+                pass
             continue
         asi_registry_lock()
         w.abandoned = 0
@@ -1446,8 +1449,11 @@ def _shutdown_all(double grace=5.0):
         worker_forget(w)
     if stranded:
         import os, sys
-        sys.stderr.flush()
-        sys.stdout.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # None, or closed: exit all the same
+                pass
         os._exit(70)
     for i in range(nstates):
         w = states[i]
