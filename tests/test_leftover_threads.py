@@ -134,6 +134,28 @@ def test_raw_thread_left_running_then_aclose_does_not_abort(tmp_path, loop_kind)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
+def test_raw_thread_with_a_dummy_thread_object_is_counted_not_joined(tmp_path, loop_kind):
+    # threading lists it (a _DummyThread), whose join() raises: on 3.12 an
+    # AssertionError, on 3.13 a RuntimeError.
+    proc = run_child(tmp_path, """
+        async def main():
+            pool = asi.InterpreterPool(1, cancel_grace=0.2)
+            await pool.run(threadfuncs.leave_raw_with_object)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                await asyncio.wait_for(pool.aclose(), 60)
+            show(caught)
+            print("closed", pool.closed, flush=True)
+    """, loop_kind)
+    no_crash(proc)
+    out = proc.stdout
+    assert "closed True\nleft main\n" in out, (out, proc.stderr[-3000:])
+    warned = [line for line in out.splitlines() if line.startswith("warned:")]
+    assert len(warned) == 1 and "1 thread (1 started with _thread)" in warned[0], out
+    assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
 def test_abandoned_interpreter_is_ended_at_exit_once_its_thread_finished(tmp_path, loop_kind):
     proc = run_child(tmp_path, """
         async def main():

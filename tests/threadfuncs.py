@@ -24,6 +24,23 @@ def leave_raw() -> int:
     return _thread.start_new_thread(time.sleep, (3600,))
 
 
+def leave_raw_with_object() -> None:
+    """Start a _thread thread that asks threading for its object (a dummy
+    thread, which cannot be joined), then sleeps an hour; return once it has."""
+    import _thread
+
+    asked = _thread.allocate_lock()
+    asked.acquire()
+
+    def body() -> None:
+        threading.current_thread()
+        asked.release()
+        time.sleep(3600)
+
+    _thread.start_new_thread(body, ())
+    asked.acquire()
+
+
 def leave_thread_until(rfd: int, name: str = "waits-for-a-byte") -> None:
     """Start a threading.Thread that ends once a byte arrives on rfd."""
     threading.Thread(target=os.read, args=(rfd, 1), name=name).start()
