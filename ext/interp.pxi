@@ -40,8 +40,49 @@ cdef int interp_create(WorkerState* w) except -1:
     return 0
 
 
-cdef void interp_end(WorkerState* w) noexcept:
-    """Destroy w's interpreter. Caller holds the MAIN GIL; the worker thread is joined.
+cdef bint interp_alone(PyInterpreterState* interp, PyThreadState* ts) noexcept nogil:
+    """True if ts is the only thread state of interp. Caller holds interp's GIL, ts current.
+
+    Reads two pointers and follows none but ts: on a free-threaded build the
+    other threads of interp run meanwhile and may delete their states, so
+    walking the list further could read freed memory. A stale answer errs
+    safely: no one can add a state to interp while ts is alone (its threads
+    are gone and main's helpers, which pin the worker, are done), so "alone"
+    stays true; "not alone" is asked again.
+    """
+    return PyInterpreterState_ThreadHead(interp) == ts and PyThreadState_Next(ts) == NULL
+
+
+cdef int interp_count_others(PyInterpreterState* interp, PyThreadState* ts) noexcept nogil:
+    """Thread states of interp besides ts; -1 on a free-threaded build (not counted).
+
+    Caller holds interp's GIL, ts current: with a GIL no other thread of
+    interp can add or delete a state meanwhile, so the walk is safe; without
+    one it is not (see interp_alone).
+    """
+    cdef PyThreadState* it
+    cdef int n = 0
+    if ASI_FREE_THREADED:
+        return -1
+    it = PyInterpreterState_ThreadHead(interp)
+    while it != NULL:
+        if it != ts:
+            n += 1
+        it = PyThreadState_Next(it)
+    return n
+
+
+cdef bint interp_end(WorkerState* w, double wait) noexcept:
+    """Destroy w's interpreter, unless another of its threads outlives `wait` seconds.
+
+    Caller holds the MAIN GIL; the worker thread is joined. Returns True when
+    the interpreter is gone (or was already). False: a thread a task started
+    still has its thread state after `wait` seconds (a `threading` or
+    `_thread` thread that keeps running). Py_EndInterpreter would join a
+    `threading` one without bound and then abort the process ("not the last
+    thread") for any that is left, so the interpreter is abandoned instead:
+    kept alive through the new thread state, which becomes w.ts0, and may be
+    ended by a later call (the exit sweep's).
 
     The interpreter is ended through a thread state made here, on this
     thread. ts0 was made on the thread that created the interpreter: ending
@@ -54,8 +95,9 @@ cdef void interp_end(WorkerState* w) noexcept:
     """
     cdef PyThreadState* save
     cdef PyThreadState* last
+    cdef double deadline = asi_monotonic() + wait
     if w.ts0 == NULL:
-        return
+        return True
     # GIL: main -> main (a new thread state of the worker's interpreter, not attached)
     last = PyThreadState_New(w.interp)
     if last == NULL:
@@ -67,12 +109,26 @@ cdef void interp_end(WorkerState* w) noexcept:
         # GIL: sub -> sub (ts0 is not current: clear and drop it)
         PyThreadState_Clear(w.ts0)
         PyThreadState_Delete(w.ts0)
+        w.ts0 = last
+    while not interp_alone(w.interp, last):
+        if asi_monotonic() >= deadline:
+            w.leftover_threads = interp_count_others(w.interp, last)
+            # GIL: sub -> main (abandoned: last stays, detached, and keeps the interpreter)
+            PyThreadState_Swap(save)
+            return False
+        # A thread whose code has ended needs this GIL once more to delete its state.
+        # GIL: sub -> none (let the interpreter's other threads run and finish)
+        PyEval_SaveThread()
+        usleep(2000)
+        # GIL: none -> sub
+        PyEval_RestoreThread(last)
     # GIL: sub -> none (the interpreter and its last thread state are gone)
     Py_EndInterpreter(last)
     w.ts0 = NULL
     w.interp = NULL
     # GIL: none -> main
     PyEval_RestoreThread(save)
+    return True
 
 
 cdef extern from "<pthread.h>" nogil:

@@ -95,8 +95,15 @@
 #   The slot functions raise RuntimeError for a tid not in a slot.
 #
 # Stop: when worker_next_job returns no job (stop, or a closed and empty queue)
-#   runner.shutdown()                  [C -> Python] closes the worker's event
-#                       loop and caches; then _worker_main returns.
+#   runner.shutdown(grace)             [C -> Python] closes the worker's event
+#                       loop and caches, and waits at most grace seconds (the
+#                       pool's cancel_grace, w.close_grace) for the threads
+#                       tasks started in the interpreter. Returns None, or a
+#                       text naming the threads still running (kept in
+#                       w.leftover_text for the warning); then _worker_main
+#                       returns. interp_end waits for thread states until the
+#                       same deadline (w.thread_deadline), then abandons the
+#                       interpreter rather than end it with a thread alive.
 
 cdef enum:
     W_NEW = 0
@@ -153,6 +160,12 @@ cdef struct WorkerState:
     char* error_data          # encoded exception info (start failed in setup)
     Py_ssize_t error_size
     char* error_text          # start failed before setup could report
+    double close_grace        # seconds a close waits for threads tasks left running
+    double thread_deadline    # when runner.shutdown() stopped waiting for them (0: it did not run)
+    char* leftover_text       # runner.shutdown()'s report of threads still running, or NULL
+    int leftover_threads      # other thread states when interp_end gave up (-1: not counted)
+    int abandoned             # closed, but its interpreter is kept alive: a thread a task
+                              # started still runs there; in the registry for the exit sweep
     void* share_owner         # ShareOwner* of the interpreter while its job loop runs
     void* share_owner_hold    # the same, one reference held until the interpreter is
                               # destroyed: any of its threads may still read the address
@@ -174,6 +187,7 @@ cdef void worker_free(WorkerState* w) noexcept nogil:
     free(w.setup_data)
     free(w.error_data)
     free(w.error_text)
+    free(w.leftover_text)
     queue_decref(w.q)
     free(w)
 
@@ -887,7 +901,13 @@ cdef int worker_job_loop(WorkerState* w, object runner) except -1:
         finally:
             free(settings)
             settings = NULL
-    runner.shutdown()
+    w.thread_deadline = asi_monotonic() + w.close_grace
+    left = runner.shutdown(w.close_grace)
+    if left is not None:
+        # Copied out as bytes: main reads it, and no object crosses interpreters.
+        text = str(left).encode("utf-8", "replace")
+        free(w.leftover_text)
+        w.leftover_text = c_strdup(text, len(text))
     share_drain(owner)
     return 0
 
@@ -906,12 +926,14 @@ cdef class Worker:
     cdef object __weakref__   # _quirks keeps the abandoned ones in a WeakSet
 
     def __cinit__(self, Queue queue not None, str bootstrap not None, setup, long max_tasks=0,
-                  int concurrency=1):
+                  int concurrency=1, double close_grace=1.0):
         cdef Buf b
         cdef bytes boot = bootstrap.encode("utf-8")
         cdef WorkerState* w
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if not close_grace >= 0:
+            raise ValueError(f"close_grace must be >= 0 seconds, got {close_grace!r}")
         w = <WorkerState*>calloc(1, sizeof(WorkerState))
         if w == NULL:
             raise_no_memory()
@@ -923,6 +945,7 @@ cdef class Worker:
             free(w)
             raise_no_memory()
         w.concurrency = concurrency
+        w.close_grace = close_grace
         b.data = NULL
         b.size = 0
         b.cap = 0
@@ -958,8 +981,9 @@ cdef class Worker:
             worker_free(w)
             return
         asi_registry_lock()
-        # The exit sweep may hold a pointer to it (pinned): it frees it then.
-        free_now = w.closed and not w.pinned
+        # The exit sweep may hold a pointer to it (pinned), or will (abandoned):
+        # it frees it then.
+        free_now = w.closed and not w.pinned and not w.abandoned
         if not free_now:
             w.orphan = 1
         asi_registry_unlock()
@@ -1148,9 +1172,15 @@ cdef class Worker:
         """Stop the worker, join its thread, destroy its interpreter.
 
         The worker finishes its current job first; with drain=True and a
-        closed queue it also serves every job still queued.
+        closed queue it also serves every job still queued. Threads its tasks
+        started get close_grace seconds to end. Returns None, or, if this call
+        abandoned the interpreter because such a thread still runs there
+        (CPython cannot destroy it then), a text naming the threads.
         """
-        worker_close(self.w, drain)
+        cdef WorkerState* w = self.w
+        if worker_close(w, drain) != CLOSE_ABANDONED:
+            return None
+        return worker_leftover_description(w)
 
     @property
     def serial(self):
@@ -1195,6 +1225,21 @@ cdef class Worker:
         return ("new", "starting", "ready", "failed")[w.state]
 
 
+cdef str worker_leftover_description(WorkerState* w):
+    """What runs in an abandoned interpreter: runner.shutdown()'s names, else a count."""
+    cdef int n = w.leftover_threads
+    if w.leftover_text != NULL:
+        # Its count comes from _thread._count(), which misses a _thread thread
+        # that has not run yet (3.13 counts it once it runs): the walk does not.
+        text = w.leftover_text.decode("utf-8", "replace")
+        if n <= 0 or text.startswith(f"{n} thread"):
+            return text
+        return f"{n} threads, among them {text}"
+    if n > 0:
+        return f"{n} thread{'s' if n != 1 else ''} (started with _thread: no names)"
+    return "threads it started (their thread states are still alive)"
+
+
 cdef bint worker_wait_exited(WorkerState* w, double timeout) noexcept:
     cdef double deadline = asi_monotonic() + timeout
     cdef bint done
@@ -1212,11 +1257,24 @@ cdef bint worker_wait_exited(WorkerState* w, double timeout) noexcept:
     return done
 
 
-cdef void worker_close(WorkerState* w, bint drain) noexcept:
-    """Stop, join and destroy. Caller holds the MAIN GIL. Idempotent and race-safe."""
+cdef enum:
+    CLOSE_DONE = 0        # closed earlier, by another caller, or now and destroyed
+    CLOSE_ABANDONED = 1   # this call kept the interpreter alive: a task's thread runs there
+
+
+cdef int worker_close(WorkerState* w, bint drain) noexcept:
+    """Stop, join and destroy. Caller holds the MAIN GIL. Idempotent and race-safe.
+
+    The wait for threads that tasks left running is bounded: until the
+    deadline runner.shutdown() used (at least a moment, for a thread whose
+    code just ended), or close_grace when it did not run. A thread still
+    running then makes it abandon the interpreter (CLOSE_ABANDONED): closed
+    for its pool, but alive and listed for the exit sweep, which tries again.
+    """
     cdef bint mine
+    cdef double wait
     if w == NULL or w.state == W_NEW:
-        return
+        return CLOSE_DONE
     # GIL: main -> none (another closer may be joining; wait for it without the main GIL)
     with nogil:
         pthread_mutex_lock(&w.q.mu)
@@ -1241,9 +1299,29 @@ cdef void worker_close(WorkerState* w, bint drain) noexcept:
             pthread_mutex_unlock(&w.q.mu)
     # GIL: none -> main
     if not mine:
-        return
+        return CLOSE_DONE
     queue_detach_worker(w)
-    interp_end(w)
+    if w.thread_deadline > 0:
+        # At least 50 ms: a thread whose code ended just before the deadline
+        # still needs the interpreter's GIL once to delete its thread state.
+        wait = max(w.thread_deadline - asi_monotonic(), 0.05)
+    else:
+        wait = w.close_grace
+    if not interp_end(w, wait):
+        # Its threads may still read the share owner's address: keep the
+        # reference, and the registry entry (the exit sweep ends it or exits 70).
+        pthread_mutex_lock(&w.q.mu)
+        w.abandoned = 1
+        w.closed = 1
+        pthread_cond_broadcast(&w.q.state_cv)
+        pthread_mutex_unlock(&w.q.mu)
+        return CLOSE_ABANDONED
+    worker_forget(w)
+    return CLOSE_DONE
+
+
+cdef void worker_forget(WorkerState* w) noexcept:
+    """After its interpreter is destroyed: drop the owner reference, unlist, mark closed."""
     if w.share_owner_hold != NULL:
         # No thread of the interpreter is left to read its owner's address.
         pthread_mutex_lock(&asi_share_mu)
@@ -1262,7 +1340,11 @@ def _shutdown_all(double grace=5.0):
 
     Queued jobs are dropped, running ones interrupted; a worker stuck in C code
     for longer than `grace` seconds is reported and the process exits at once
-    (finalizing with a live interpreter would abort CPython).
+    (finalizing with a live interpreter would abort CPython). So is an
+    interpreter that cannot be ended because a thread a task started still
+    runs there after `grace` (abandoned by a pool's close, or here): ending it
+    would join that thread without bound or abort ("not the last thread"),
+    and CPython's own finalization does the same with it left alive.
     """
     cdef WorkerState* w
     cdef WorkerState** states = NULL
@@ -1276,6 +1358,8 @@ def _shutdown_all(double grace=5.0):
     cdef bint ok
     cdef int orphan
     cdef double deadline
+    cdef bint ended
+    cdef bint stranded = False
     global asi_exiting
     # GIL: main -> none (a start in progress finishes creating and starting first)
     with nogil:
@@ -1360,8 +1444,42 @@ def _shutdown_all(double grace=5.0):
             sys.stderr.flush()
             os._exit(70)
     for i in range(nstates):
+        worker_close(states[i], False)
+    # Abandoned interpreters (now or by an earlier close): end those whose
+    # threads finished meanwhile; each gets what is left of the grace period.
+    for i in range(nstates):
         w = states[i]
-        worker_close(w, False)
+        if not w.abandoned:
+            continue
+        ended = interp_end(w, max(0.0, deadline - asi_monotonic()))
+        if not ended:
+            stranded = True
+            import sys
+            try:
+                sys.stderr.write(
+                    f"aiosubinterp: interpreter {w.interp_id} still runs "
+                    f"{worker_leftover_description(w)} at exit, started by a task and left "
+                    f"running (waited up to {grace:g}s for it); CPython cannot destroy an "
+                    "interpreter while another of its threads runs (and aborts when it exits "
+                    "with a live one), so the process exits now with status 70, without "
+                    "finalizing.\n")
+            except Exception:  # no stderr: exit with 70 all the same
+                pass
+            continue
+        asi_registry_lock()
+        w.abandoned = 0
+        asi_registry_unlock()
+        worker_forget(w)
+    if stranded:
+        import os, sys
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # None, or closed: exit all the same
+                pass
+        os._exit(70)
+    for i in range(nstates):
+        w = states[i]
         asi_registry_lock()
         w.pinned -= 1
         orphan = w.orphan and not w.pinned

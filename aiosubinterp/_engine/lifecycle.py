@@ -45,6 +45,7 @@ from aiosubinterp._inside import marshal as _marshal
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
 _task_ids = itertools.count(1)
+_OUR_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 
 
 def next_task_id() -> int:
@@ -159,6 +160,12 @@ class Lifecycle:
         self._submitted = 0
         self._replaced = 0
         self._pid = os.getpid()
+        # Warnings found while closing on a helper thread (an interpreter
+        # abandoned because a task's thread still runs there): aclose() warns
+        # them on its caller's thread; with no aclose() waiting, the helper
+        # warns them itself when the close is over (_warn_due).
+        self._warnings_due: list[str] = []
+        self._aclosing = 0
 
     def _check_crosses(self, payload: object) -> None:
         """Raise if the initializer's call cannot reach a worker."""
@@ -277,6 +284,25 @@ class Lifecycle:
             pass
         self._drain_and_stop()
         self._finish_close()
+        with self._lock:
+            nobody_waits = self._aclosing == 0
+        if nobody_waits:
+            self._warn_due()
+
+    def _warn_later(self, message: str) -> None:
+        """Queue a RuntimeWarning for the closer; warn now if the pool is not closing."""
+        with self._lock:
+            self._warnings_due.append(message)
+            closing = self._state in ("closing", "closed")
+        if not closing:  # a worker replaced while the pool runs: nobody else will
+            self._warn_due()
+
+    def _warn_due(self) -> None:
+        with self._lock:
+            due, self._warnings_due = self._warnings_due, []
+        for message in due:
+            # Attributed to the caller's line (await pool.aclose()), past our frames.
+            warnings.warn(message, RuntimeWarning, stacklevel=2, skip_file_prefixes=_OUR_FILES)
 
     def _finish_close(self) -> None:
         self._fail_queued(PoolClosedError(
@@ -292,20 +318,30 @@ class Lifecycle:
     async def aclose(self) -> None:
         """Close and wait until every worker is gone.
 
-        Submitted tasks run to completion first.
+        Submitted tasks run to completion first. Threads a task started and
+        left running get cancel_grace seconds to end; an interpreter where one
+        still runs then is abandoned (CPython cannot destroy it), with a
+        RuntimeWarning naming the threads.
 
         Cancellation: if the wait is cancelled, the tasks still running are
         interrupted; the shutdown completes in the background.
         """
         loop = _loop.running_loop(f"{type(self).__name__}.aclose()")
-        self.close()
-        if self._pid != os.getpid():
-            return
+        with self._lock:
+            self._aclosing += 1
         try:
-            await asyncio.shield(_admin.relay(self._closed, loop))
-        except asyncio.CancelledError:
-            self._interrupt_running()
-            raise
+            self.close()
+            if self._pid != os.getpid():
+                return
+            try:
+                await asyncio.shield(_admin.relay(self._closed, loop))
+            except asyncio.CancelledError:
+                self._interrupt_running()
+                raise
+        finally:
+            with self._lock:
+                self._aclosing -= 1
+        self._warn_due()
 
     # warnings.warn bound at definition: at interpreter exit module globals
     # may already be None when this runs (seen on the free-threaded 3.13t,

@@ -134,7 +134,7 @@ class _Engine(_lifecycle.Lifecycle):
         with self._lock:
             setup = self._setup()
         worker = _core.Worker(self._queue, self._bootstrap(), setup, self._max_tasks,
-                              self._concurrency)
+                              self._concurrency, self._grace)
         try:
             failure = worker.start()
         except BaseException as exc:  # noqa: BLE001
@@ -166,7 +166,7 @@ class _Engine(_lifecycle.Lifecycle):
             if retired:
                 self._pending_adds += 1
         if not usable:
-            worker.close()
+            self._close_worker(worker)
         elif retired:
             _admin.spawn(self._retire_and_replace, worker)
         return None
@@ -177,7 +177,7 @@ class _Engine(_lifecycle.Lifecycle):
             self._workers.clear()
         self._queue.close()
         for w in workers:
-            w.close()
+            self._close_worker(w)
 
     def _stop_taking_work(self) -> None:
         self._queue.close()
@@ -200,13 +200,26 @@ class _Engine(_lifecycle.Lifecycle):
             if not workers:
                 return
             for w in workers:
-                w.close(drain=True)
+                self._close_worker(w, drain=True)
                 # Listed until destroyed, so a late cancel can still interrupt it.
                 with self._lock:
                     if self._workers.get(w.serial) is w:
                         del self._workers[w.serial]
                     if w in self._abandoned:
                         self._abandoned.remove(w)
+
+    def _close_worker(self, worker: _core.Worker, drain: bool = False) -> None:
+        """worker.close(drain); warn if it had to abandon the interpreter (review R3)."""
+        left = worker.close(drain)
+        if left is None:
+            return
+        self._warn_later(
+            f"interpreter {worker.id} is abandoned: a task left {left} running there, "
+            f"still running {self._grace:g}s (cancel_grace) after the interpreter was asked "
+            "to stop. CPython cannot destroy an interpreter while another of its threads "
+            "runs, so it stays alive and keeps its memory; at exit it is destroyed if those "
+            "threads ended by then, else the process exits with status 70. Join the "
+            "threads a task starts before it returns.")
 
     def _fail_queued(self, exc: BaseException) -> None:
         self._queue.fail_queued(describe_exception(exc))
@@ -365,7 +378,7 @@ class _Engine(_lifecycle.Lifecycle):
 
     def _retire_and_replace(self, worker: _core.Worker) -> None:
         try:
-            worker.close()
+            self._close_worker(worker)
         finally:
             self._add_worker()
 
@@ -388,7 +401,7 @@ class _Engine(_lifecycle.Lifecycle):
                 return
             alone = not self._workers
         if worker is not None:  # closed meanwhile
-            worker.close()
+            self._close_worker(worker)
             return
         if alone and error is not None:
             self._break(error)
@@ -404,7 +417,9 @@ class InterpreterPool(_Engine):
             start, with ``initargs``. If it raises, the pool is broken.
         max_tasks_per_interpreter: replace an interpreter after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop before its
-            interpreter is given up and replaced.
+            interpreter is given up and replaced; also how long closing an
+            interpreter waits for threads its tasks left running (if one
+            still runs, the interpreter is abandoned with a RuntimeWarning).
         concurrency_per_interpreter: how many ``async def`` calls one
             interpreter runs at once on its event loop (for I/O-bound
             coroutines; default 1). While an interpreter's loop runs

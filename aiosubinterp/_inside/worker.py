@@ -463,10 +463,58 @@ class Runner:
         """Called by C when describe() failed: type and repr only."""
         return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
 
-    def shutdown(self) -> None:
-        """Called by C once, after the worker's last job: close its event loop."""
+    def shutdown(self, grace: float = 0.0) -> str | None:
+        """Called by C once, after the worker's last job: close its event loop, and
+        wait at most ``grace`` seconds for the threads tasks started here.
+
+        Returns None when none runs any more, else a text naming those still
+        running: C then abandons the interpreter rather than end it (CPython's
+        Py_EndInterpreter would join them without bound, or abort).
+        """
         try:
             self._close_loop()
         finally:
             _marshal.main_importer = None
             self._functions.clear()
+        return wait_for_threads(grace)
+
+
+def wait_for_threads(grace: float) -> str | None:
+    """Join the other threads of this interpreter for at most grace seconds.
+
+    None if they all ended, else what is left: "2 threads ('name', 1 started
+    with _thread)". `threading` threads are joined; `_thread` ones (no
+    object to join) are counted by _thread._count() until it reaches 0.
+    """
+    import _thread
+    import time
+
+    deadline = time.monotonic() + grace
+    me = _thread.get_ident()
+    threading = sys.modules.get("threading")  # not imported: no threading thread exists
+    others = []
+    if threading is not None:
+        # Not main_thread(): threading is imported while the interpreter is
+        # made, so its "main thread" is the creating thread of the main
+        # interpreter, which never runs here again (and never ends).
+        main = threading.main_thread()
+        # A dummy one (a _thread thread that asked for its object) cannot be
+        # joined (RuntimeError on 3.13, AssertionError on 3.12): counted below.
+        others = [t for t in threading.enumerate()
+                  if t.ident != me and t is not main and not isinstance(t, threading._DummyThread)]
+        for t in others:
+            try:
+                t.join(max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - a subclass's join(): report it below
+                pass
+    # A poll: a _thread thread leaves nothing to wait on. Rare, and bounded.
+    while _thread._count() and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.005)
+    named = [t for t in others if t.is_alive()]
+    total = max(_thread._count(), len(named))  # type: ignore[attr-defined]
+    if not total:
+        return None
+    parts = [repr(t.name) for t in named]
+    if total > len(named):
+        parts.append(f"{total - len(named)} started with _thread")
+    return f"{total} thread{'s' if total != 1 else ''} ({', '.join(parts)})"

@@ -36,6 +36,8 @@ cdef extern from "Python.h" nogil:
     void PyThreadState_DeleteCurrent()
     void PyThreadState_Delete(PyThreadState*)
     PyInterpreterState* PyThreadState_GetInterpreter(PyThreadState* tstate)
+    PyThreadState* PyInterpreterState_ThreadHead(PyInterpreterState* interp)
+    PyThreadState* PyThreadState_Next(PyThreadState* tstate)
     int PyThreadState_SetAsyncExc(unsigned long id, PyObject* exc)
     PyThreadState* PyEval_SaveThread()
     void PyEval_RestoreThread(PyThreadState* tstate)

@@ -23,6 +23,7 @@ cdef extern from "<unistd.h>" nogil:
     ssize_t read(int, void*, size_t)
     ssize_t write(int, const void*, size_t)
     int close(int)
+    int usleep(unsigned int)
 
 cdef extern from "<errno.h>" nogil:
     int errno
