@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 
+import childproc
 import pytest
 import threadfuncs
 
 import aiosubinterp as asi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 LOOPS = ["asyncio", "uvloop"]
 
 
@@ -49,11 +47,7 @@ def run_child(tmp_path, body: str, loop_kind: str,
             asyncio.run(main())
         print("left main", flush=True)
     """)
-    script = tmp_path / "child.py"
-    script.write_text(source)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(tmp_path), env=env)
+    return childproc.run_child(tmp_path, source, timeout)
 
 
 def no_crash(proc: subprocess.CompletedProcess) -> None:

@@ -18,32 +18,15 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 
 import pytest
+from childproc import run_child
 
 import aiosubinterp as asi
 from aiosubinterp import _core
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
-
 LOOPS = pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-
-
-def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(source))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
-    try:
-        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=timeout, cwd=str(tmp_path), env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout
-        pytest.fail(f"the child froze (killed after {timeout} s); its output:\n{out}")
 
 
 def run_main(loop_kind: str) -> str:

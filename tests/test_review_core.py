@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import sysconfig
-import textwrap
 
 import pytest
 import reviewcorefuncs
 import workfuncs
+from childproc import run_child
 
 import aiosubinterp as asi
 from aiosubinterp import _core
 from aiosubinterp._inside import worker as _worker
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 
 needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
                                reason="coroutines in workers need CPython 3.13+ (3.12 aborts at "
@@ -47,14 +43,6 @@ needs_a_gil_to_hold = pytest.mark.skipif(
 stuck_in_c_blocks_imports = pytest.mark.skipif(
     FREE_THREADED, reason="free-threaded builds: creating an interpreter stops every thread, "
     "so the replacement waits for the C call to return (the free-threaded variant)")
-
-
-def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(source))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(tmp_path), env=env)
 
 
 async def holding(flag) -> None:

@@ -11,29 +11,17 @@ import asyncio
 import os
 import select
 import socket
-import subprocess
 import sys
-import textwrap
 
 import pytest
 import reviewcore2funcs
 import workfuncs
+from childproc import run_child
 
 import aiosubinterp as asi
 from aiosubinterp import _core
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._inside import marshal as _marshal
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
-
-
-def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(source))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(tmp_path), env=env)
 
 
 def open_fds() -> int:
