@@ -43,6 +43,23 @@ def spin_forever():
         pass
 
 
+def _readable(fd):
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def busy_until_readable(fd, fn, *args):
+    """Compute (in bytecode, holding this worker's CPU) until fd is readable, then fn(*args).
+
+    The test makes fd readable (writes to the pipe, or closes its write end)
+    once it has seen what must happen while the work is still in flight.
+    """
+    while not _readable(fd):
+        spin(10_000)
+    return fn(*args)
+
+
 def read_fd(fd, n=1):
     """Block in C (os.read) until the test writes to the pipe."""
     return os.read(fd, n)
