@@ -290,6 +290,20 @@ async def async_probe(key, hold):
     return _probe_peak[key], interp_id()
 
 
+async def async_probe_until_readable(key, fd):
+    """As async_probe, holding until fd is readable (the test says so) instead of a while."""
+    import asyncio
+
+    _probe_active[key] = _probe_active.get(key, 0) + 1
+    _probe_peak[key] = max(_probe_peak.get(key, 0), _probe_active[key])
+    try:
+        while not _readable(fd):
+            await asyncio.sleep(0.001)
+    finally:
+        _probe_active[key] -= 1
+    return _probe_peak[key], interp_id()
+
+
 async def async_rendezvous(key, n, limit=20.0):
     """Wait until n coroutines with this key are inside at once (they must run together)."""
     import asyncio
@@ -302,6 +316,15 @@ async def async_rendezvous(key, n, limit=20.0):
             raise TimeoutError(f"only {_probe_active[key]} of {n} arrived")
         await asyncio.sleep(0.001)
     return interp_id()
+
+
+async def async_add_when_readable(fd, a, b=0):
+    """Wait on this worker's event loop until fd is readable (the test says so), then a + b."""
+    import asyncio
+
+    while not _readable(fd):
+        await asyncio.sleep(0.001)
+    return a + b
 
 
 async def async_sleep_add(a, b, delay):
