@@ -226,6 +226,12 @@ def thread_ident():
     return threading.get_ident()
 
 
+def native_thread_id():
+    import threading
+
+    return threading.get_native_id()
+
+
 async def async_add(a, b=0):
     import asyncio
 
