@@ -26,9 +26,9 @@ from httphelpers import check_primes_in_mode, free_port, get, get_json, hold_pri
 import aiosubinterp
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEADLINE = 10.0  # seconds any awaited condition may take
+DEADLINE = 30.0  # seconds any awaited condition may take: a backstop (a loaded machine)
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(4 * DEADLINE)  # a test awaits several conditions
 
 
 @pytest.fixture
