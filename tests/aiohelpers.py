@@ -23,7 +23,7 @@ async def read_byte(fd: int, timeout: float = 30) -> bytes:
         loop.remove_reader(fd)
 
 
-async def until(check, timeout: float = 10.0) -> None:
+async def until(check, timeout: float = 30.0) -> None:
     """Wait on the loop until check() is true; fail the test after timeout seconds."""
     deadline = time.monotonic() + timeout
     while not check():
@@ -33,7 +33,7 @@ async def until(check, timeout: float = 10.0) -> None:
 
 
 
-def collect_until(check, timeout: float = 10.0) -> None:
+def collect_until(check, timeout: float = 30.0) -> None:
     """Collect garbage until check() is true (an object's finalizer ran).
 
     A pool's helper threads hold it for a moment after its last result can

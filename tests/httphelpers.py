@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import socket
+import types
 import urllib.request
+from collections.abc import Callable
 from typing import Any
+
+import workfuncs
 
 
 def free_port() -> int:
@@ -44,3 +50,19 @@ async def check_primes_in_mode(client: Any, ex: Any, mode: str) -> None:
         assert described["cpu_pool"] is None
     async with client.get("/stream", params={"count": 3, "size": 100}) as r:
         assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
+
+
+def hold_primes(ex: Any, monkeypatch: Any, pipe: tuple[int, int]) -> Callable[[], object]:
+    """From now until ``release()``, each /primes of example ``ex`` computes and never answers.
+
+    Call it once the app has started (its warm-up counts primes too). The
+    app's ``work`` module is swapped for one whose ``count_primes`` keeps
+    the worker's CPU busy (``workfuncs.busy_until_readable``) until the
+    read end of ``pipe`` (conftest's fixture, closed after the test) is
+    readable; then it counts the primes as the app's would. Returns
+    ``release``, which makes it readable for good.
+    """
+    r, w = pipe
+    held = functools.partial(workfuncs.busy_until_readable, r, ex.work.count_primes)
+    monkeypatch.setattr(ex, "work", types.SimpleNamespace(count_primes=held))
+    return functools.partial(os.write, w, b"go")  # nobody reads it: readable from now on

@@ -20,7 +20,7 @@ from aiosubinterp import _core
 BIG = _core.SHARE_THRESHOLD
 
 
-async def settle_shares(expected_live: int = 0, timeout: float = 5.0) -> tuple:
+async def settle_shares(expected_live: int = 0, timeout: float = 30.0) -> tuple:
     """Wait (bounded) until released shares came home; returns the last stats."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import workfuncs
-from aiohelpers import read_byte
+from aiohelpers import read_byte, until
 
 import aiosubinterp as asi
 from aiosubinterp._inside import worker as _worker
@@ -36,10 +36,14 @@ async def test_coroutines_run_together_in_one_interpreter():
 
 
 @needs_313
-async def test_at_most_n_coroutines_per_interpreter():
+async def test_at_most_n_coroutines_per_interpreter(pipe):
+    r, w = pipe
     async with asi.InterpreterPool(2, concurrency_per_interpreter=3) as pool:
-        results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_probe, "cap", 0.02) for _ in range(30))), 30)
+        # Each probe holds until released: both interpreters fill up to the limit, no further.
+        tasks = [pool.submit(workfuncs.async_probe_until_readable, "cap", r) for _ in range(30)]
+        await until(lambda: pool.statistics()["running"] == 6)
+        os.write(w, b"go")
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
         peaks = [peak for peak, _ in results]
         assert max(peaks) == 3  # the limit is reached, and never passed
         ids, _ = await pool.run(workfuncs.all_ids)
@@ -82,14 +86,17 @@ async def test_many_results_each_delivered_once_in_order():
 
 
 @needs_313
-async def test_plain_calls_join_a_running_session():
+async def test_plain_calls_join_a_running_session(pipe):
+    r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        slow = pool.submit(workfuncs.async_sleep_add, 1, 2, 0.3)
-        # Plain functions run on the interpreter while the coroutine sleeps.
+        slow = pool.submit(workfuncs.async_add_when_readable, r, 1, 2)  # until released
+        await until(lambda: pool.statistics()["running"] == 1)
+        # Plain functions run on the interpreter while the coroutine waits.
         squares = await asyncio.wait_for(asyncio.gather(*(pool.run(workfuncs.square, i)
                                                          for i in range(20))), 30)
         assert squares == [i * i for i in range(20)]
         assert not slow.done()
+        os.write(w, b"go")
         assert await asyncio.wait_for(slow, 30) == 3
 
 
@@ -114,18 +121,27 @@ async def test_statistics_count_running_coroutines(pipe):
 @needs_313
 async def test_cancel_one_coroutine_leaves_the_others_running(pipe):
     r, w = pipe
-    async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        waiter = pool.submit(workfuncs.async_wait_forever, w)
-        assert await read_byte(r) == b"s"
-        others = [pool.submit(workfuncs.async_sleep_add, i, 0, 0.2) for i in range(3)]
-        await asyncio.sleep(0.05)
-        waiter.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiter
-        assert await read_byte(r) == b"c"  # it saw CancelledError in the worker
-        assert await asyncio.wait_for(asyncio.gather(*others), 30) == [0, 1, 2]
-        stats = pool.statistics()
-        assert stats["replaced"] == 0 and stats["running"] == 0
+    gate_r, gate_w = os.pipe()
+    try:
+        async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
+            waiter = pool.submit(workfuncs.async_wait_forever, w)
+            assert await read_byte(r) == b"s"
+            others = [pool.submit(workfuncs.async_add_when_readable, gate_r, i)
+                      for i in range(3)]  # until released
+            await until(lambda: pool.statistics()["running"] == 4)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            assert await read_byte(r) == b"c"  # it saw CancelledError in the worker
+            await until(lambda: pool.statistics()["running"] == 3)
+            assert not any(t.done() for t in others)
+            os.write(gate_w, b"go")
+            assert await asyncio.wait_for(asyncio.gather(*others), 30) == [0, 1, 2]
+            stats = pool.statistics()
+            assert stats["replaced"] == 0 and stats["running"] == 0
+    finally:
+        os.close(gate_r)
+        os.close(gate_w)
 
 
 @needs_313
@@ -171,15 +187,18 @@ async def test_timeouts_and_errors_stay_with_their_task(pipe):
 
 
 @needs_313
-async def test_exit_like_exceptions_in_a_session_are_reported():
+async def test_exit_like_exceptions_in_a_session_are_reported(pipe):
+    r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        slow = pool.submit(workfuncs.async_sleep_add, 1, 1, 0.3)
+        slow = pool.submit(workfuncs.async_add_when_readable, r, 1, 1)  # until released
+        await until(lambda: pool.statistics()["running"] == 1)
         # As outside sessions: they come back as ExecutionFailed, never escape.
         for fn, args in [(workfuncs.raise_exit, (3,)), (workfuncs.raise_keyboard, ()),
                          (workfuncs.async_raise_exit, (4,))]:
             with pytest.raises(asi.ExecutionFailed, match="in its interpreter"):
                 await asyncio.wait_for(pool.run(fn, *args), 30)
         assert not slow.done()  # the session survived them
+        os.write(w, b"go")
         assert await asyncio.wait_for(slow, 30) == 2
         assert await asyncio.wait_for(pool.run(workfuncs.async_add, 4), 30) == 4
 
@@ -197,11 +216,16 @@ async def test_max_tasks_retires_interpreters_serving_sessions():
 
 
 @needs_313
-async def test_close_waits_for_running_coroutines():
+async def test_close_waits_for_running_coroutines(pipe):
+    r, w = pipe
     pool = asi.InterpreterPool(1, concurrency_per_interpreter=4)
-    tasks = [pool.submit(workfuncs.async_sleep_add, i, 1, 0.2) for i in range(4)]
-    await asyncio.sleep(0.05)
-    await asyncio.wait_for(pool.aclose(), 30)
+    tasks = [pool.submit(workfuncs.async_add_when_readable, r, i, 1) for i in range(4)]
+    await until(lambda: pool.statistics()["running"] == 4)  # each until released
+    close = asyncio.ensure_future(pool.aclose())
+    await until(lambda: pool.statistics()["state"] == "closing")
+    assert not close.done() and not any(t.done() for t in tasks)
+    os.write(w, b"go")
+    await asyncio.wait_for(close, 30)
     assert [t.result() for t in tasks] == [1, 2, 3, 4]
 
 

@@ -32,10 +32,14 @@ from aiosubinterp import _core
 from aiosubinterp.demo import circles as physics
 from aiosubinterp.demo import live, zoo
 
-DEADLINE = 20.0  # seconds any awaited condition may take (a shared, loaded machine)
+# Seconds any one awaited condition may take: a backstop for a hang, never a
+# measure. Generous: on a shared, loaded machine the process contender's
+# spawned children alone may take many seconds to start.
+DEADLINE = 60.0
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.timeout(60)
+# A test awaits up to six conditions in turn, each with its own DEADLINE.
+pytestmark = pytest.mark.timeout(6 * DEADLINE)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 import workfuncs
-from aiohelpers import collect_until
+from aiohelpers import collect_until, until
 
 import aiosubinterp as asi
 from aiosubinterp import _core
@@ -419,25 +419,41 @@ def test_idle_spin_must_be_a_small_number_of_seconds(bad):
         asi.InterpreterPool(1, idle_spin=bad)
 
 
-def _cpu_while_idle(pool_seconds: float) -> float:
-    import resource
+def _thread_sched(tid: int) -> tuple[str, float, float]:
+    """A thread of this process: (state letter, seconds on a CPU, seconds waiting for one)."""
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        state = f.read().rpartition(")")[2].split()[0]
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        on_cpu, waiting, _ = (int(x) for x in f.read().split())
+    return state, on_cpu / 1e9, waiting / 1e9
 
-    async def main() -> float:
+
+def _worker_while_idle(pool_seconds: float) -> tuple[float, float]:
+    """The worker's seconds (on a CPU, runnable) from a task's submission until it sleeps again."""
+
+    async def main() -> tuple[float, float]:
         async with asi.InterpreterPool(1, idle_spin=pool_seconds) as pool:
-            await pool.run(workfuncs.square, 2)
-            await pool.run(workfuncs.square, 3)  # the worker starts polling after this one
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            await asyncio.sleep(0.4)
-            after = resource.getrusage(resource.RUSAGE_SELF)
-        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            tid = await pool.run(workfuncs.native_thread_id)
+            # Asleep on the empty queue ("S"): whatever it polled before is over.
+            await until(lambda: _thread_sched(tid)[0] == "S")
+            _, cpu0, wait0 = _thread_sched(tid)
+            await pool.run(workfuncs.square, 3)
+            await until(lambda: _thread_sched(tid)[0] == "S")  # idle again, asleep
+            _, cpu1, wait1 = _thread_sched(tid)
+        return cpu1 - cpu0, (cpu1 + wait1) - (cpu0 + wait0)
 
     return asyncio.run(main())
 
 
+@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+                    reason="needs the kernel's per-thread schedstat")
 def test_idle_spin_sets_how_long_an_idle_interpreter_polls():
-    # Polling burns CPU for as long as it lasts; 0 means the worker sleeps at once.
-    assert _cpu_while_idle(0.5) > 0.1
-    assert _cpu_while_idle(0) < 0.05
+    # Polling keeps the worker runnable (on a core, or waiting for one on a
+    # busy machine) for as long as it lasts; 0 means the worker sleeps at once.
+    _, runnable = _worker_while_idle(0.5)
+    assert runnable > 0.4
+    on_cpu, _ = _worker_while_idle(0)
+    assert on_cpu < 0.05
 
 
 def test_exit_while_interpreters_are_created_in_parallel():

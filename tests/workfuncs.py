@@ -43,6 +43,23 @@ def spin_forever():
         pass
 
 
+def _readable(fd):
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def busy_until_readable(fd, fn, *args):
+    """Compute (in bytecode, holding this worker's CPU) until fd is readable, then fn(*args).
+
+    The test makes fd readable (writes to the pipe, or closes its write end)
+    once it has seen what must happen while the work is still in flight.
+    """
+    while not _readable(fd):
+        spin(10_000)
+    return fn(*args)
+
+
 def read_fd(fd, n=1):
     """Block in C (os.read) until the test writes to the pipe."""
     return os.read(fd, n)
@@ -209,6 +226,12 @@ def thread_ident():
     return threading.get_ident()
 
 
+def native_thread_id():
+    import threading
+
+    return threading.get_native_id()
+
+
 async def async_add(a, b=0):
     import asyncio
 
@@ -273,6 +296,20 @@ async def async_probe(key, hold):
     return _probe_peak[key], interp_id()
 
 
+async def async_probe_until_readable(key, fd):
+    """As async_probe, holding until fd is readable (the test says so) instead of a while."""
+    import asyncio
+
+    _probe_active[key] = _probe_active.get(key, 0) + 1
+    _probe_peak[key] = max(_probe_peak.get(key, 0), _probe_active[key])
+    try:
+        while not _readable(fd):
+            await asyncio.sleep(0.001)
+    finally:
+        _probe_active[key] -= 1
+    return _probe_peak[key], interp_id()
+
+
 async def async_rendezvous(key, n, limit=20.0):
     """Wait until n coroutines with this key are inside at once (they must run together)."""
     import asyncio
@@ -285,6 +322,15 @@ async def async_rendezvous(key, n, limit=20.0):
             raise TimeoutError(f"only {_probe_active[key]} of {n} arrived")
         await asyncio.sleep(0.001)
     return interp_id()
+
+
+async def async_add_when_readable(fd, a, b=0):
+    """Wait on this worker's event loop until fd is readable (the test says so), then a + b."""
+    import asyncio
+
+    while not _readable(fd):
+        await asyncio.sleep(0.001)
+    return a + b
 
 
 async def async_sleep_add(a, b, delay):
