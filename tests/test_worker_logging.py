@@ -141,6 +141,8 @@ async def test_full_buffer_drops_and_reports_once(captured, caplog):
             if record.getMessage() == "first":
                 gate_send.send_nowait(True)
                 release.wait(60)
+            elif record.getMessage() == "flood 3":  # the last one that fit: drained
+                gate_send.send_nowait(True)
 
     holder = Holding()
     caplog.set_level(logging.WARNING)
@@ -150,6 +152,7 @@ async def test_full_buffer_drops_and_reports_once(captured, caplog):
     try:
         await pool.run(logfuncs.log_then_flood, gate_recv, 20)
         release.set()
+        assert await gate_recv.recv() is True  # the channel is empty again
         await pool.run(logfuncs.log_warning, "after")
     finally:
         release.set()
@@ -180,3 +183,4 @@ def test_executor_forwards(captured):
         executor.submit(logfuncs.log_warning, "executor").result()
     assert [r.getMessage() for r in captured] == ["working on executor"]
     assert captured[0].interpreter_id != _core.main_interpreter_id()
+
