@@ -184,3 +184,11 @@ def test_executor_forwards(captured):
     assert [r.getMessage() for r in captured] == ["working on executor"]
     assert captured[0].interpreter_id != _core.main_interpreter_id()
 
+
+async def test_consumer_stopped_on_a_loop_thread_does_not_hang():
+    # send_sync refuses a loop's thread: stop() then ends the thread without its marker.
+    consumer = _logs.LogConsumer(4)
+    consumer.stop()
+    consumer.stop()  # idempotent
+    assert not consumer._thread.is_alive()
+    assert consumer.worker_setup() is None

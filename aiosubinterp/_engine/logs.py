@@ -74,8 +74,8 @@ class LogConsumer:
             self._stopped = True
         try:
             self._send.send_sync(_STOP)  # behind every record already sent
-        except Exception:  # noqa: BLE001 - the thread ended already (it cannot, but never hang)
-            pass
+        except Exception:  # noqa: BLE001 - e.g. on a loop's thread: never hang, drop the rest
+            self._recv.close()  # the thread's recv_sync returns: it ends
         self._thread.join()
         self._send.close()
         self._recv.close()
