@@ -337,6 +337,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         thread_name_prefix: names the interpreters' OS threads
             (``prefix_<interpreter id>``; default ``InterpreterPoolExecutor-<n>``).
             Keyword-only: the second positional parameter is ``initializer``.
+        forward_logging: True (default): what the interpreters log is handled
+            by the main interpreter's logging (see InterpreterPool); False:
+            workers log as plain interpreters do. Keyword-only.
 
     The whole ``concurrent.futures`` contract: ``submit`` returns a
     ``Future``; ``map`` (with ``timeout``, ``chunksize`` and ``buffersize``);
@@ -380,6 +383,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         max_tasks_per_interpreter: int | None = None,
         *,
         thread_name_prefix: str = "",
+        forward_logging: bool = True,
     ) -> None:
         if max_workers is None:
             max_workers = _lifecycle.default_size()
@@ -410,6 +414,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             initializer=initializer,
             initargs=initargs,
             max_tasks_per_interpreter=max_tasks_per_interpreter,
+            forward_logging=forward_logging,
         )
         self._lock = threading.Lock()
         self._shutdown = False

@@ -14,6 +14,7 @@ from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import fallback as _procfallback
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     NotShareableError,
@@ -83,6 +84,7 @@ class _Engine(_lifecycle.Lifecycle):
         replace_stuck: bool = True,
         concurrency_per_interpreter: int = 1,
         idle_spin: float | None = None,
+        forward_logging: bool = True,
     ) -> None:
         super().__init__(size, preload=preload, initializer=initializer, initargs=initargs,
                          max_tasks=max_tasks_per_interpreter,
@@ -104,6 +106,8 @@ class _Engine(_lifecycle.Lifecycle):
                 "from 0 to 1 an idle interpreter polls for work before it sleeps, got "
                 f"{idle_spin!r}"
             )
+        if not isinstance(forward_logging, bool):
+            raise TypeError(f"forward_logging must be True or False, got {forward_logging!r}")
         if concurrency_per_interpreter > 1 and not coroutines_supported():
             raise RuntimeError(coroutine_refusal("coroutines (concurrency_per_interpreter > 1)"))
         self._replace_stuck = replace_stuck
@@ -119,6 +123,29 @@ class _Engine(_lifecycle.Lifecycle):
         self._pending_adds = 0
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
         self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
+        # forward_logging: made with the first worker's setup, stopped once every worker is gone.
+        self._forward_logging = forward_logging
+        self._log_consumer: _logs.LogConsumer | None = None
+
+    # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
+
+    _log_buffer = _logs.DEFAULT_BUFFER  # records waiting in main at most (tests make it small)
+
+    def _setup(self) -> tuple[Any, ...]:
+        """The lifecycle's setup, plus the worker's end of the log channel (or None)."""
+        logs = None
+        if self._forward_logging:
+            if self._log_consumer is None:
+                self._log_consumer = _logs.LogConsumer(self._log_buffer)
+            logs = self._log_consumer.worker_setup()
+        return (*super()._setup(), logs)
+
+    def _stop_logs(self) -> None:
+        """Every worker is gone: handle the records they sent, then stop the consumer."""
+        with self._lock:
+            consumer = self._log_consumer
+        if consumer is not None:
+            consumer.stop()
 
     # -- the lifecycle's backend hooks --------------------------------------------
 
@@ -178,11 +205,18 @@ class _Engine(_lifecycle.Lifecycle):
         self._queue.close()
         for w in workers:
             self._close_worker(w)
+        self._stop_logs()
 
     def _stop_taking_work(self) -> None:
         self._queue.close()
 
     def _drain_and_stop(self) -> None:
+        try:
+            self._close_workers()
+        finally:
+            self._stop_logs()
+
+    def _close_workers(self) -> None:
         while True:
             with self._lock:
                 while True:
@@ -435,6 +469,20 @@ class InterpreterPool(_Engine):
             again on a worker process (a ProcessPool of the same size, made on
             first need); a FallbackWarning says so once per module, and later
             tasks of that function's module go straight to the processes.
+        forward_logging: True (default): records the interpreters log are
+            handled by this (the main) interpreter's logging, with the same
+            logger name, level, message (formatted in the worker), time,
+            source location, exception text, the ``extra`` fields that are
+            str, int, float, bool or None, and ``interpreter_id``. Levels
+            disabled in main when an interpreter starts are disabled in it
+            too, so those records cost nothing and never cross. An
+            interpreter whose code configured its own handlers (in its
+            initializer, or on the logger that logs) keeps them, and its
+            records are not forwarded. If main falls behind, at most 10,000
+            records wait; later ones are dropped and counted, and the count is
+            logged once as a warning of logger ``aiosubinterp``. False:
+            workers log as plain interpreters do (to stderr through logging's
+            last-resort handler unless they configure logging).
 
     Each interpreter runs one task at a time (or up to
     ``concurrency_per_interpreter`` coroutines); tasks are taken from one
@@ -457,6 +505,7 @@ class InterpreterPool(_Engine):
         concurrency_per_interpreter: int = 1,
         idle_spin: float | None = None,
         fallback: str | None = None,
+        forward_logging: bool = True,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
         # fallback="process" (issue #8): aiosubinterp._engine.fallback
@@ -472,6 +521,7 @@ class InterpreterPool(_Engine):
             cancel_grace=cancel_grace,
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
+            forward_logging=forward_logging,
         )
         router = self._fallback
         if router is not None:
@@ -524,9 +574,11 @@ class Interpreter(_Engine):
         preload: Iterable[str] = (),
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
+        forward_logging: bool = True,
     ) -> None:
+        """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging)."""
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
-                         replace_stuck=False)
+                         replace_stuck=False, forward_logging=forward_logging)
         self._tasks = weakref.WeakValueDictionary()
 
     def _worker(self) -> _core.Worker | None:

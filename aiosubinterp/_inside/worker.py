@@ -164,11 +164,13 @@ class Runner:
     def __init__(self, setup: tuple[object, ...], handle: int = 0) -> None:
         """Called by C (_worker_main) once, before the worker is ready.
 
-        setup is (main_ref, preload, initializer, settings). handle is the
-        worker's C state (0: no worker; a coroutine job is then refused).
+        setup is (main_ref, preload, initializer, settings[, logs]); logs is
+        None or what _inside.logs.Forwarder takes (forward_logging). handle is
+        the worker's C state (0: no worker; a coroutine job is then refused).
         Raising fails the worker's start with that exception's description.
         """
-        main_ref, preload, initializer, settings = setup
+        main_ref, preload, initializer, settings = setup[:4]
+        logs = setup[4] if len(setup) > 4 else None
         self._handle = handle
         self._loop = None  # the worker's asyncio loop, made on the first coroutine
         self._wake: tuple[int, int] | None = None  # (read, write) pipe for cancel messages
@@ -180,6 +182,11 @@ class Runner:
         self._main_module = None
         self._functions: dict[tuple[str, str], object] = {}
         self._namespace = sys.modules["__main__"].__dict__
+        self._logs = None
+        if logs is not None:
+            from aiosubinterp._inside.logs import Forwarder
+
+            self._logs = Forwarder(logs)
         _marshal.main_importer = self.main_module
         if sys.version_info[:2] == (3, 12):
             sys.meta_path.insert(0, _RefuseKnown)
@@ -197,6 +204,9 @@ class Runner:
             # No job is dispatched yet: an async initializer runs to its end
             # here, whatever the concurrency (a session needs a job).
             self.run(JOB_CALL, initializer, session=False)
+        if self._logs is not None:
+            # After the initializer: logging it configured is kept (no handler of ours).
+            self._logs.maybe_install()
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
         """Called by C before a job when main's settings changed: (sys.path,).
@@ -266,6 +276,9 @@ class Runner:
         returns None (concurrency > 1).
         """
         fn, args, kw = self.target(kind, payload)
+        logs = self._logs
+        if logs is not None and logs.pending and session:  # not for the initializer
+            logs.maybe_install()
         try:
             result = fn(*args, **kw) if kw else fn(*args)
         except ImportError as exc:
@@ -364,6 +377,8 @@ class Runner:
             return
         try:
             fn, args, kw = self.target(kind, payload)
+            if self._logs is not None and self._logs.pending:
+                self._logs.maybe_install()
             result = _core._worker_call_guarded(self._handle, tid, fn, args, kw)
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
             refused = refusal_from(exc) if isinstance(exc, ImportError) else None
@@ -476,6 +491,8 @@ class Runner:
         finally:
             _marshal.main_importer = None
             self._functions.clear()
+            if self._logs is not None:
+                self._logs.shutdown()
         return wait_for_threads(grace)
 
 
