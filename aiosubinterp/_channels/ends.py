@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from aiosubinterp import _core, _timeouts
 from aiosubinterp._errors import (
@@ -24,7 +24,10 @@ from aiosubinterp._errors import (
     WouldBlock,
 )
 
-__all__ = ["ChannelStatistics", "RecvChannel", "SendChannel", "open_channel"]
+if TYPE_CHECKING:
+    from aiosubinterp._channels.stats import ChannelStatistics
+
+__all__ = ["RecvChannel", "SendChannel", "open_channel"]
 
 _DONE = _core.CHAN_DONE
 _END = _core.CHAN_END
@@ -154,60 +157,6 @@ def recv_error(end: object, status: int, index: int | None = None) -> BaseExcept
     return RuntimeError(f"aiosubinterp: unexpected channel status {status}; please report this bug")
 
 
-class ChannelStatistics:
-    """A snapshot of a channel (trio's names); immutable, compared by value.
-
-    Attributes:
-        current_buffer_used: items buffered now.
-        max_buffer_size: the channel's maxsize (``math.inf`` if unbounded).
-        open_send_channels: open send ends: each clone counts, the copies of one
-            end (passed to workers, on their way to an interpreter) do not.
-        open_receive_channels: open receive ends (likewise).
-        tasks_waiting_send: senders (tasks or threads) blocked in send.
-        tasks_waiting_receive: receivers blocked in recv or select.
-    """
-
-    # A plain class, not a dataclass: this module is imported in every worker
-    # that receives a channel end (the log channel: each worker at start), and
-    # dataclasses (with inspect, re and ast) cost ~12 ms of that import.
-    _FIELDS = ("current_buffer_used", "max_buffer_size", "open_send_channels",
-               "open_receive_channels", "tasks_waiting_send", "tasks_waiting_receive")
-    __slots__ = _FIELDS  # in the constructor's order
-
-    current_buffer_used: int
-    max_buffer_size: float
-    open_send_channels: int
-    open_receive_channels: int
-    tasks_waiting_send: int
-    tasks_waiting_receive: int
-
-    def __init__(self, current_buffer_used: int, max_buffer_size: float,
-                 open_send_channels: int, open_receive_channels: int,
-                 tasks_waiting_send: int, tasks_waiting_receive: int) -> None:
-        values = (current_buffer_used, max_buffer_size, open_send_channels,
-                  open_receive_channels, tasks_waiting_send, tasks_waiting_receive)
-        for name, value in zip(self._FIELDS, values, strict=True):
-            object.__setattr__(self, name, value)
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._FIELDS)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"ChannelStatistics is a snapshot: cannot assign to {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not ChannelStatistics:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
-        return f"ChannelStatistics({fields})"
-
-
 class _End(_core.ChannelEnd):
     __slots__ = ()
 
@@ -248,6 +197,11 @@ class _End(_core.ChannelEnd):
     def statistics(self) -> ChannelStatistics:
         """A snapshot: buffered items, open ends, waiting senders and receivers."""
         used, maxsize, senders, receivers, wsend, wrecv = self._stats()
+        # Imported here, not at module level: this module is imported in every
+        # worker that receives a channel end (the log channel: each worker at
+        # start), and dataclasses (with inspect, re and ast) cost ~12 ms there.
+        from aiosubinterp._channels.stats import ChannelStatistics
+
         return ChannelStatistics(used, math.inf if maxsize < 0 else maxsize, senders,
                                  receivers, wsend, wrecv)
 

@@ -55,7 +55,12 @@ class LogConsumer:
         self._lock = threading.Lock()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="aiosubinterp-logs", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # e.g. no new thread at interpreter shutdown (3.12)
+            self._send.close()
+            self._recv.close()
+            raise
 
     def worker_setup(self) -> tuple[Any, ...] | None:
         """What a starting worker gets (_inside.logs.Forwarder), or None once stopped."""

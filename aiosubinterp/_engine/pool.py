@@ -136,7 +136,14 @@ class _Engine(_lifecycle.Lifecycle):
         logs = None
         if self._forward_logging:
             if self._log_consumer is None:
-                self._log_consumer = _logs.LogConsumer(self._log_buffer)
+                try:
+                    self._log_consumer = _logs.LogConsumer(self._log_buffer)
+                except RuntimeError:
+                    # No new thread at interpreter shutdown (3.12: an executor
+                    # that starts its workers while the program exits): what
+                    # the workers log goes to their stderr, as when not forwarded.
+                    self._forward_logging = False
+                    return (*super()._setup(), None)
             logs = self._log_consumer.worker_setup()
         return (*super()._setup(), logs)
 

@@ -15,7 +15,8 @@ import weakref
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
-from aiosubinterp._channels.ends import ChannelStatistics, recv_error, send_error
+from aiosubinterp._channels.ends import recv_error, send_error
+from aiosubinterp._channels.stats import ChannelStatistics
 from aiosubinterp._errors import ChannelClosedError, EndOfChannel, NotShareableError
 
 __all__ = ["ProxyRecvChannel", "ProxySendChannel", "adopt"]
