@@ -458,3 +458,19 @@ async def test_closing_an_end_wakes_an_awaiting_sender_of_the_same_end():
     assert keep.statistics().tasks_waiting_send == 0
     keep.close()
     assert_ended(recv)
+
+
+def test_statistics_is_a_frozen_dataclass():
+    # Code turns it into JSON with dataclasses.asdict (the web examples do).
+    import dataclasses
+
+    send, recv = asi.open_channel(2)
+    send.send_nowait(1)
+    stats = recv.statistics()
+    assert dataclasses.asdict(stats) == {
+        "current_buffer_used": 1, "max_buffer_size": 2, "open_send_channels": 1,
+        "open_receive_channels": 1, "tasks_waiting_send": 0, "tasks_waiting_receive": 0}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.current_buffer_used = 5  # type: ignore[misc]
+    send.close()
+    recv.close()
