@@ -72,15 +72,17 @@ def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
     proc = run_child(tmp_path, """
         import asyncio, os
         import aiosubinterp as asi
-        import reviewcorefuncs
+        import aiohelpers, reviewcorefuncs
 
         async def main():
             r, w = os.pipe()
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.start()
             task = pool.submit(reviewcorefuncs.sum_forever, w)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, os.read, r, 1)  # inside sum() now
+            # Read on the loop, not in run_in_executor: its first use imports
+            # _queue, and on a free-threaded build an extension import in main
+            # waits for a worker stuck in C (a documented CPython limit).
+            await aiohelpers.read_byte(r)  # inside sum() now
             task.cancel()
             try:
                 await task

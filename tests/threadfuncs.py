@@ -18,10 +18,21 @@ def leave_thread(name: str = "left-behind") -> int:
 
 
 def leave_raw() -> int:
-    """Start a _thread thread (no threading.Thread object) that sleeps an hour."""
+    """Start a _thread thread (no threading.Thread object) that sleeps an hour;
+    return once it runs (CPython counts it in _thread._count() only from then:
+    on a loaded free-threaded build it had not started when the pool closed)."""
     import _thread
 
-    return _thread.start_new_thread(time.sleep, (3600,))
+    running = _thread.allocate_lock()
+    running.acquire()
+
+    def body() -> None:
+        running.release()
+        time.sleep(3600)
+
+    ident = _thread.start_new_thread(body, ())
+    running.acquire()
+    return ident
 
 
 def leave_raw_with_object() -> None:
