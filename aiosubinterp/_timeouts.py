@@ -27,34 +27,32 @@ __all__ = ["TIMEOUT_MAX", "executor_timeout", "optional_seconds", "seconds"]
 TIMEOUT_MAX: float = _thread.TIMEOUT_MAX
 
 
+def _checked(value: object, name: str, accepted: str) -> int | float:
+    """value if it is an int or float, not a bool, not NaN, >= 0; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be {accepted}, got {value!r}")
+    return value
+
+
 def seconds(value: object, name: str) -> float:
     """Validate a timeout-like number of seconds; inf (or anything huge) becomes TIMEOUT_MAX.
 
     Raises:
         ValueError: value is not an int or float, is a bool, NaN or negative.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"{name} must be a non-negative number of seconds (math.inf for no limit), "
-            f"got {value!r}"
-        )
-    if value >= TIMEOUT_MAX:  # compared before float(): an int may be too large for one
+    limit = _checked(value, name, "a non-negative number of seconds (math.inf for no limit)")
+    if limit >= TIMEOUT_MAX:  # compared before float(): an int may be too large for one
         return TIMEOUT_MAX
-    return float(value)
+    return float(limit)
 
 
 def optional_seconds(value: object, name: str = "timeout") -> float | None:
     """As seconds(), where None is allowed: None (no limit) for None, inf or anything huge."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"{name} must be None or a non-negative number of seconds (None or math.inf "
-            f"for no limit), got {value!r}"
-        )
-    if value >= TIMEOUT_MAX:
-        return None
-    return float(value)
+    limit = _checked(value, name, "None or a non-negative number of seconds (None or math.inf "
+                     "for no limit)")
+    return None if limit >= TIMEOUT_MAX else float(limit)
 
 
 def executor_timeout(value: object) -> float | None:

@@ -36,7 +36,11 @@ def run_child(tmp_path, body: str, loop_kind: str,
         import aiosubinterp as asi
         import threadfuncs
 
-        def show(caught):
+        async def close_showing_warnings(pool):
+            # aclose() the pool; print each warning it raised as a "warned:" line.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                await asyncio.wait_for(pool.aclose(), 60)
             for m in caught:
                 print("warned:", m.category.__name__, m.message, flush=True)
     """) + textwrap.dedent(body) + textwrap.dedent(f"""
@@ -48,6 +52,16 @@ def run_child(tmp_path, body: str, loop_kind: str,
         print("left main", flush=True)
     """)
     return childproc.run_child(tmp_path, source, timeout)
+
+
+def interp_of(out: str) -> str:
+    """The interpreter id the child printed as "interp N"."""
+    return out.split("interp ", 1)[1].split()[0]
+
+
+def warned(out: str) -> list[str]:
+    """The "warned:" lines close_showing_warnings() printed."""
+    return [line for line in out.splitlines() if line.startswith("warned:")]
 
 
 def no_crash(proc: subprocess.CompletedProcess) -> None:
@@ -63,22 +77,19 @@ def test_thread_left_running_then_aclose_warns_abandons_and_exit_says_so(tmp_pat
             iid = await pool.run(threadfuncs.interp_id)
             print("interp", iid, flush=True)
             await pool.run(threadfuncs.leave_thread, "left-behind")
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                await asyncio.wait_for(pool.aclose(), 60)
-            show(caught)
+            await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
             async with asi.InterpreterPool(1) as other:
                 print("next pool", await other.run(threadfuncs.interp_id) != iid, flush=True)
     """, loop_kind)
     no_crash(proc)
     out = proc.stdout
-    iid = out.split("interp ", 1)[1].split()[0]
+    iid = interp_of(out)
     assert "closed True\nnext pool True\nleft main\n" in out, (out, proc.stderr[-3000:])
-    warned = [line for line in out.splitlines() if line.startswith("warned:")]
-    assert len(warned) == 1, out
-    assert "RuntimeWarning" in warned[0] and "'left-behind'" in warned[0], warned
-    assert f"interpreter {iid}" in warned[0], warned
+    lines = warned(out)
+    assert len(lines) == 1, out
+    assert "RuntimeWarning" in lines[0] and "'left-behind'" in lines[0], lines
+    assert f"interpreter {iid}" in lines[0], lines
     # The thread still sleeps at exit: the sweep cannot end that interpreter.
     assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
     assert f"interpreter {iid}" in proc.stderr and "'left-behind'" in proc.stderr, proc.stderr
@@ -96,7 +107,7 @@ def test_thread_left_running_at_exit_exits_70(tmp_path, loop_kind):
             pool._state = "closed"  # no ResourceWarning: this test is about the sweep
     """, loop_kind)
     no_crash(proc)
-    iid = proc.stdout.split("interp ", 1)[1].split()[0]
+    iid = interp_of(proc.stdout)
     assert "left main\n" in proc.stdout
     assert proc.returncode == 70, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert f"interpreter {iid}" in proc.stderr and "'left-at-exit'" in proc.stderr, proc.stderr
@@ -110,19 +121,16 @@ def test_raw_thread_left_running_then_aclose_does_not_abort(tmp_path, loop_kind)
             iid = await pool.run(threadfuncs.interp_id)
             print("interp", iid, flush=True)
             await pool.run(threadfuncs.leave_raw)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                await asyncio.wait_for(pool.aclose(), 60)
-            show(caught)
+            await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
     """, loop_kind)
     no_crash(proc)
     out = proc.stdout
-    iid = out.split("interp ", 1)[1].split()[0]
+    iid = interp_of(out)
     assert "closed True\nleft main\n" in out, (out, proc.stderr[-3000:])
-    warned = [line for line in out.splitlines() if line.startswith("warned:")]
-    assert len(warned) == 1 and "RuntimeWarning" in warned[0], out
-    assert f"interpreter {iid}" in warned[0] and "1 thread" in warned[0], warned
+    lines = warned(out)
+    assert len(lines) == 1 and "RuntimeWarning" in lines[0], out
+    assert f"interpreter {iid}" in lines[0] and "1 thread" in lines[0], lines
     assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
     assert f"interpreter {iid}" in proc.stderr
 
@@ -135,17 +143,14 @@ def test_raw_thread_with_a_dummy_thread_object_is_counted_not_joined(tmp_path, l
         async def main():
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.run(threadfuncs.leave_raw_with_object)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                await asyncio.wait_for(pool.aclose(), 60)
-            show(caught)
+            await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
     """, loop_kind)
     no_crash(proc)
     out = proc.stdout
     assert "closed True\nleft main\n" in out, (out, proc.stderr[-3000:])
-    warned = [line for line in out.splitlines() if line.startswith("warned:")]
-    assert len(warned) == 1 and "1 thread (1 started with _thread)" in warned[0], out
+    lines = warned(out)
+    assert len(lines) == 1 and "1 thread (1 started with _thread)" in lines[0], out
     assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
 
 
@@ -156,10 +161,7 @@ def test_abandoned_interpreter_is_ended_at_exit_once_its_thread_finished(tmp_pat
             r, w = os.pipe()
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.run(threadfuncs.leave_thread_until, r)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                await asyncio.wait_for(pool.aclose(), 60)
-            show(caught)
+            await close_showing_warnings(pool)
             os.write(w, b"x")  # the thread ends; the exit sweep may end the interpreter
     """, loop_kind)
     no_crash(proc)
@@ -231,17 +233,14 @@ def test_worker_replaced_after_a_stuck_cancel_with_a_running_thread(tmp_path, lo
             await asyncio.wait_for(pool.run(threadfuncs.interp_id), 60)  # a new worker
             print("replaced", pool.statistics()["replaced"], flush=True)
             os.write(w, b"xx")  # the stubborn task returns; its thread runs on
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                await asyncio.wait_for(pool.aclose(), 60)
-            show(caught)
+            await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
     """, loop_kind)
     no_crash(proc)
     out = proc.stdout
     assert "cancelled\nreplaced 1\n" in out and "closed True\nleft main\n" in out, (
         out, proc.stderr[-3000:])
-    warned = [line for line in out.splitlines() if line.startswith("warned:")]
-    assert len(warned) == 1 and "'from-stubborn-task'" in warned[0], out
+    lines = warned(out)
+    assert len(lines) == 1 and "'from-stubborn-task'" in lines[0], out
     assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])
     assert "'from-stubborn-task'" in proc.stderr
