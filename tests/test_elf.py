@@ -12,6 +12,7 @@ import importlib.util
 import os
 import pathlib
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -296,6 +297,12 @@ def test_truncated_directory_and_missing(tmp_path):
     assert raised.value.filename == str(tmp_path)
     with pytest.raises(FileNotFoundError):
         elf.extension_kind(str(tmp_path / "missing.so"))
+    # Neither blocks: a FIFO without a writer, a device without an end.
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(ValueError, match=re.escape(f"{path} is not a regular file")):
+            elf.extension_kind(path)
 
 
 def test_random_and_corrupted_files_raise_value_error(tmp_path, build):

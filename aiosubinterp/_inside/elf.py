@@ -74,12 +74,16 @@ class DynamicInfo:
 class _Reader:
     """An open ELF file and its layout; every read is checked against the file's size."""
 
-    __slots__ = ("end", "f", "layout", "loads", "path", "size", "word")
+    __slots__ = ("end", "f", "layout", "loads", "path", "size", "stamp", "word")
 
     def __init__(self, f: "BinaryIO", path: str) -> None:
+        st = os.fstat(f.fileno())
+        if st.st_mode & 0o170000 != 0o100000:  # S_IFMT, S_IFREG: a FIFO or device may never end
+            raise ValueError(f"not an ELF shared object: {path} is not a regular file")
         self.f = f
         self.path = path
-        self.size = os.fstat(f.fileno()).st_size
+        self.size = st.st_size
+        self.stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         self.end = "<"
         self.layout = _LAYOUT[2]
         self.word = 8
@@ -112,6 +116,11 @@ class _Reader:
             if start <= vaddr < start + filesz:
                 return vaddr - start + offset
         raise self.corrupt(f"{what}'s address {vaddr:#x} is in no loaded segment")
+
+
+def _open(path: str) -> "BinaryIO":
+    """path opened for reading; O_NONBLOCK lest a FIFO block the open (_Reader refuses it)."""
+    return open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK))
 
 
 def _header(r: _Reader) -> tuple[int, ...]:
@@ -196,7 +205,7 @@ def read_dynamic(path: str) -> DynamicInfo:
         ValueError: path is not an ELF shared object (the message says what
             it is), or is truncated or corrupt. OSError passes through.
     """
-    with open(path, "rb") as f:
+    with _open(path) as f:
         return _read(_Reader(f, path))
 
 
@@ -285,14 +294,13 @@ def extension_kind(path: str) -> str:
 
     Raises what read_dynamic() raises.
     """
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())  # the stamp of the file actually read
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _open(path) as f:
+        r = _Reader(f, path)  # its stamp is that of the file read, even if path is replaced
         cached = _KINDS.get(path)
-        if cached is not None and cached[0] == stamp:
+        if cached is not None and cached[0] == r.stamp:
             return cached[1]
-        kind = init_kind(_read(_Reader(f, path)))
-    _KINDS[path] = (stamp, kind)
+        kind = init_kind(_read(r))
+    _KINDS[path] = (r.stamp, kind)
     return kind
 
 
