@@ -182,6 +182,8 @@ def refusal_from(exc: BaseException) -> ModuleRefusedError | None:
     for _ in range(8):
         if not isinstance(refusal, ImportError) or _REFUSAL in str(refusal):
             break
+        if isinstance(refusal, ModuleRefusedError):  # ours (fallback="copy"): says why
+            return ModuleRefusedError(str(refusal), name=refusal.name)
         refusal = refusal.__cause__ or refusal.__context__
     if not isinstance(refusal, ImportError) or _REFUSAL not in str(refusal):
         return None
@@ -189,10 +191,11 @@ def refusal_from(exc: BaseException) -> ModuleRefusedError | None:
     module = refusal.name or text.split("module ", 1)[-1].split(" ", 1)[0]
     return ModuleRefusedError(
         f"the extension module {module!r} refuses to load in a subinterpreter with its own "
-        "GIL (it was not built for multiple interpreters). Run this function where the "
-        "module can load instead: in the main interpreter with asyncio.to_thread(), or in a "
-        "process pool (concurrent.futures.ProcessPoolExecutor); keep the imports of that "
-        "module out of the functions you send to aiosubinterp.",
+        "GIL (it was not built for multiple interpreters). InterpreterPool(fallback='copy') "
+        "loads a private copy of it in each interpreter where its binaries allow that, "
+        "fallback=('copy', 'process') runs it on processes otherwise; or run this function "
+        "where the module can load: in the main interpreter with asyncio.to_thread(), or in a "
+        "process pool (aiosubinterp.ProcessPool, concurrent.futures.ProcessPoolExecutor).",
         name=module,
     )
 

@@ -73,9 +73,21 @@ _BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
 }
 
 
-def blocked_modules() -> tuple[str, ...]:
-    """C accelerators kept out of workers on this CPython (their pure-Python twins are used)."""
-    return _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
+def blocked_modules(private_copies: bool = False) -> tuple[str, ...]:
+    """C accelerators kept out of workers on this CPython (their pure-Python twins are used).
+
+    With private copies (fallback="copy") on 3.13, _datetime is imported in
+    main instead and left to the workers: numpy, orjson and pydantic-core
+    need its C API, and gh-136421 does not strike once main imported it first
+    (measured on 3.13.0 and 3.13.18; research/private-extension-copies.md).
+    """
+    blocked = _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
+    if private_copies and sys.version_info[:2] in ((3, 12), (3, 13)):
+        import _datetime  # type: ignore[import-not-found]  # noqa: F401
+        import datetime  # noqa: F401
+
+        blocked = tuple(name for name in blocked if name != "_datetime")
+    return blocked
 
 
 # -- shim: CPython 3.12.0-3.12.3, gh-119213 (fixed in 3.12.4) ------------------

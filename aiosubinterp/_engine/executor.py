@@ -26,6 +26,7 @@ from concurrent.futures import _base
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
+from aiosubinterp._engine import fallback as _fallback
 from aiosubinterp._engine import futures as _futures
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
@@ -340,6 +341,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         forward_logging: True (default): what the interpreters log is handled
             by the main interpreter's logging (see InterpreterPool); False:
             workers log as plain interpreters do. Keyword-only.
+        fallback: None (default) or ``"copy"``: each interpreter loads a
+            private copy of an extension module that refuses interpreters,
+            where its binaries allow it (see InterpreterPool). Keyword-only.
 
     The whole ``concurrent.futures`` contract: ``submit`` returns a
     ``Future``; ``map`` (with ``timeout``, ``chunksize`` and ``buffersize``);
@@ -384,6 +388,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         *,
         thread_name_prefix: str = "",
         forward_logging: bool = True,
+        fallback: str | None = None,
     ) -> None:
         if max_workers is None:
             max_workers = _lifecycle.default_size()
@@ -415,6 +420,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             initargs=initargs,
             max_tasks_per_interpreter=max_tasks_per_interpreter,
             forward_logging=forward_logging,
+            private_copies=_fallback.copies_only(fallback, "InterpreterPoolExecutor"),
         )
         self._lock = threading.Lock()
         self._shutdown = False

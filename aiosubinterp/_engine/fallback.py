@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sysconfig
 import threading
 import warnings
 from collections.abc import Callable
@@ -23,17 +24,68 @@ if TYPE_CHECKING:  # a type only: _pool imports this module
     from aiosubinterp._engine import pool as _pool
     from aiosubinterp._process.pool import ProcessPool
 
-__all__ = ["Fallback", "make"]
+__all__ = ["FREE_THREADED", "Fallback", "copies_only", "make", "parse", "wants_copies"]
+
+def parse(fallback: object) -> tuple[str, ...]:
+    """fallback as a tuple of tiers, in order; a clear error for a bad value."""
+    if fallback is None:
+        return ()
+    tiers = (fallback,) if isinstance(fallback, str) else fallback
+    if isinstance(tiers, (tuple, list)) and tuple(tiers) in ((("process",), ("copy",),
+                                                               ("copy", "process"))):
+        return tuple(tiers)
+    hint = ""
+    if isinstance(tiers, (tuple, list)) and tuple(tiers) == ("process", "copy"):
+        hint = " (a copy is tried first, processes are the last resort: ('copy', 'process'))"
+    raise ValueError(
+        "fallback must be None (a refusing module's error reaches the caller), 'process' "
+        "(such tasks run on worker processes instead), 'copy' (each interpreter loads a "
+        "private copy of a refusing extension module where its binaries allow it) or "
+        f"('copy', 'process') (a copy where it is safe, processes otherwise), got "
+        f"{fallback!r}{hint}")
+
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def wants_copies(tiers: tuple[str, ...], who: str) -> bool:
+    """Whether a pool with these fallback tiers loads private copies on this Python.
+
+    Not on a free-threaded build: CPython there refuses to lift its check
+    (``_imp._override_multi_interp_extensions_check``), so ``"copy"`` alone is
+    an error and ``("copy", "process")`` means processes.
+    """
+    if "copy" not in tiers:
+        return False
+    if not FREE_THREADED:
+        return True
+    if "process" in tiers:
+        return False
+    raise ValueError(
+        f"{who}(fallback='copy') is not available on a free-threaded build of CPython: it "
+        "cannot lift its refusal of an extension module for one interpreter there. Threads "
+        "run Python in parallel on this build: asyncio.to_thread() runs such code on every "
+        "core, and fallback=('copy', 'process') runs it on processes here and in private "
+        "copies elsewhere.")
+
+
+def copies_only(fallback: object, who: str) -> bool:
+    """Whether fallback (None or "copy", all that ``who`` takes) asks for private copies."""
+    if fallback is None or fallback == "copy":
+        return fallback is not None and wants_copies(("copy",), who)
+    tiers = parse(fallback)  # a clear error for a value nobody takes
+    raise ValueError(
+        f"{who} takes fallback=None or 'copy' (a private copy of a refusing extension module in "
+        f"its interpreters), got {tiers!r}: processes have their own API (ProcessPool, "
+        "concurrent.futures.ProcessPoolExecutor), and InterpreterPool(fallback=('copy', "
+        "'process')) routes between both")
+
 
 def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
          initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float) -> Fallback | None:
-    """The fallback of a new InterpreterPool, or None; a clear error for a bad value."""
-    if fallback is None:
+    """The process fallback of a new InterpreterPool, or None; a clear error for a bad value."""
+    if "process" not in parse(fallback):
         return None
-    if fallback != "process" or not isinstance(fallback, str):
-        raise ValueError(
-            f"fallback must be None (a refusing module's error reaches the caller) or "
-            f"'process' (such tasks run on worker processes instead), got {fallback!r}")
     return Fallback(size=size, initializer=initializer, initargs=initargs,
                     max_tasks=max_tasks, cancel_grace=cancel_grace)
 
@@ -122,7 +174,7 @@ class Fallback:
             warnings.warn_explicit(FallbackWarning(
                 f"the extension module {refused!r} refuses to load in a subinterpreter: "
                 f"functions of module {module!r} run on worker processes from now on "
-                "(InterpreterPool fallback='process')"), FallbackWarning,
+                "(InterpreterPool fallback includes 'process')"), FallbackWarning,
                 code or "<aiosubinterp>", line, module=module)
         try:
             again = self.processes().submit(fn, *args, **kwargs)

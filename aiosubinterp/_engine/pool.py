@@ -11,6 +11,7 @@ from typing import Any
 
 from aiosubinterp import _core, _quirks
 from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import copies as _copies
 from aiosubinterp._engine import fallback as _procfallback
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
@@ -85,6 +86,7 @@ class _Engine(_lifecycle.Lifecycle):
         concurrency_per_interpreter: int = 1,
         idle_spin: float | None = None,
         forward_logging: bool = True,
+        private_copies: bool = False,
     ) -> None:
         super().__init__(size, preload=preload, initializer=initializer, initargs=initargs,
                          max_tasks=max_tasks_per_interpreter,
@@ -126,38 +128,55 @@ class _Engine(_lifecycle.Lifecycle):
         # forward_logging: made with the first worker's setup, stopped once every worker is gone.
         self._forward_logging = forward_logging
         self._log_consumer: _logs.LogConsumer | None = None
+        # fallback="copy": a new folder for each interpreter's private copies.
+        self._copies = _copies.CopyFolders() if private_copies else None
 
     # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
 
     _log_buffer = _logs.DEFAULT_BUFFER  # records waiting in main at most (tests make it small)
 
     def _setup(self) -> tuple[Any, ...]:
-        """The lifecycle's setup, plus the worker's end of the log channel (or None)."""
+        """The lifecycle's setup, plus the worker's end of the log channel and the folder
+        for its private copies (each None when not used)."""
         logs = None
-        if self._forward_logging:
-            if self._log_consumer is None:
-                try:
-                    self._log_consumer = _logs.LogConsumer(self._log_buffer)
-                except RuntimeError:
-                    # No new thread at interpreter shutdown (3.12: an executor
-                    # that starts its workers while the program exits): what
-                    # the workers log goes to their stderr, as when not forwarded.
-                    self._forward_logging = False
-                    return (*super()._setup(), None)
+        if self._forward_logging and self._log_consumer is None:
+            try:
+                self._log_consumer = _logs.LogConsumer(self._log_buffer)
+            except RuntimeError:
+                # No new thread at interpreter shutdown (3.12: an executor
+                # that starts its workers while the program exits): what
+                # the workers log goes to their stderr, as when not forwarded.
+                self._forward_logging = False
+        if self._forward_logging and self._log_consumer is not None:
             logs = self._log_consumer.worker_setup()
-        return (*super()._setup(), logs)
+        copies = self._copies.next_folder() if self._copies is not None else None
+        return (*super()._setup(), logs, copies)
 
     def _stop_logs(self) -> None:
-        """Every worker is gone: handle the records they sent, then stop the consumer."""
+        """Every worker is gone: handle the records they sent, then stop the consumer;
+        remove the private copies' folder (the interpreters that mapped them are gone)."""
         with self._lock:
             consumer = self._log_consumer
-        if consumer is not None:
-            consumer.stop()
+        try:
+            if consumer is not None:
+                consumer.stop()
+        finally:
+            if self._copies is not None:
+                self._copies.close()
+
+    def statistics(self) -> dict[str, int | str]:
+        """As Lifecycle.statistics(); with fallback="copy" also ``copies`` (private copies
+        of extension modules made so far), ``copies_bytes`` and ``copies_seconds``."""
+        stats = super().statistics()
+        if self._copies is not None:
+            stats.update(self._copies.statistics())  # type: ignore[arg-type]
+        return stats
 
     # -- the lifecycle's backend hooks --------------------------------------------
 
     def _bootstrap(self) -> str:
-        return _BOOTSTRAP.format(path=list(sys.path), blocked=_quirks.blocked_modules())
+        return _BOOTSTRAP.format(path=list(sys.path),
+                                 blocked=_quirks.blocked_modules(self._copies is not None))
 
     def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
         """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
@@ -471,11 +490,29 @@ class InterpreterPool(_Engine):
             ``AIOSUBINTERP_SPIN_US``). Polling makes back-to-back small tasks
             fast; one idle interpreter at a time polls, using a core while it
             does. 0 turns it off (lowest CPU use when tasks are rare).
-        fallback: None (default), or ``"process"``: a task whose module refuses
-            to load in a subinterpreter (ModuleRefusedError, e.g. numpy) runs
+        fallback: what happens when an extension module refuses to load in a
+            subinterpreter (ModuleRefusedError: numpy, pydantic-core, orjson,
+            lxml). None (default): the task fails with that error.
+            ``"copy"``: each interpreter loads a private copy of the module's
+            file (a new path per interpreter, under ``AIOSUBINTERP_COPY_DIR``
+            or the temp folder; removed at close and at exit), so its C state
+            is its own; only for modules whose binaries show multi-phase init
+            (others, such as msgspec or numpy's test helpers, and a short deny
+            list, are refused with the reason). Costs per interpreter: the
+            copied files' disk (numpy: ~15 MiB), a few tens of ms at the first
+            import, and its memory (numpy: ~13 MiB), which CPython does not
+            return when an interpreter is replaced (``max_tasks_per_interpreter``
+            makes each replacement pay again). Native thread pools (OpenBLAS,
+            OpenMP, MKL) are one per process: ``OPENBLAS_NUM_THREADS``,
+            ``OMP_NUM_THREADS`` and the like are set to 1 when not set (before
+            such a library loads; numpy imported earlier in main keeps its
+            threads). Not on free-threaded builds (a ValueError: threads run in
+            parallel there). ``"process"``: a task whose module refuses runs
             again on a worker process (a ProcessPool of the same size, made on
             first need); a FallbackWarning says so once per module, and later
             tasks of that function's module go straight to the processes.
+            ``("copy", "process")``: a private copy where the binaries allow it,
+            processes otherwise (processes only on free-threaded builds).
         forward_logging: True (default): records the interpreters log are
             handled by this (the main) interpreter's logging, with the same
             logger name, level, message (formatted in the worker), time,
@@ -511,7 +548,7 @@ class InterpreterPool(_Engine):
         cancel_grace: float = 1.0,
         concurrency_per_interpreter: int = 1,
         idle_spin: float | None = None,
-        fallback: str | None = None,
+        fallback: str | tuple[str, ...] | None = None,
         forward_logging: bool = True,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
@@ -529,6 +566,8 @@ class InterpreterPool(_Engine):
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
             forward_logging=forward_logging,
+            private_copies=_procfallback.wants_copies(_procfallback.parse(fallback),
+                                                      "InterpreterPool"),
         )
         router = self._fallback
         if router is not None:
@@ -582,10 +621,13 @@ class Interpreter(_Engine):
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
         forward_logging: bool = True,
+        fallback: str | None = None,
     ) -> None:
-        """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging)."""
+        """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging;
+        fallback: None or ``"copy"``)."""
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
-                         replace_stuck=False, forward_logging=forward_logging)
+                         replace_stuck=False, forward_logging=forward_logging,
+                         private_copies=_procfallback.copies_only(fallback, "Interpreter"))
         self._tasks = weakref.WeakValueDictionary()
 
     def _worker(self) -> _core.Worker | None:

@@ -110,10 +110,12 @@ REFUSED_ON_312 = frozenset({
 class _RefuseKnown:
     """Meta-path finder that refuses REFUSED_ON_312 modules up front (3.12 only)."""
 
-    @staticmethod
-    def find_spec(name, path=None, target=None):
+    names = REFUSED_ON_312
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
         top = name.partition(".")[0]
-        if name in REFUSED_ON_312 or top in REFUSED_ON_312:
+        if name in cls.names or top in cls.names:
             raise ImportError(f"module {name} does not support loading in subinterpreters",
                               name=name)
         return None
@@ -164,13 +166,17 @@ class Runner:
     def __init__(self, setup: tuple[object, ...], handle: int = 0) -> None:
         """Called by C (_worker_main) once, before the worker is ready.
 
-        setup is (main_ref, preload, initializer, settings[, logs]); logs is
-        None or what _inside.logs.Forwarder takes (forward_logging). handle is
+        setup is (main_ref, preload, initializer, settings[, logs[, copies]]);
+        logs is None or what _inside.logs.Forwarder takes (forward_logging);
+        copies is None or the folder, new for this interpreter, where
+        fallback="copy" puts private copies of refusing extension modules
+        (_inside.copies). handle is
         the worker's C state (0: no worker; a coroutine job is then refused).
         Raising fails the worker's start with that exception's description.
         """
         main_ref, preload, initializer, settings = setup[:4]
         logs = setup[4] if len(setup) > 4 else None
+        copies = setup[5] if len(setup) > 5 else None
         self._handle = handle
         self._loop = None  # the worker's asyncio loop, made on the first coroutine
         self._wake: tuple[int, int] | None = None  # (read, write) pipe for cancel messages
@@ -190,6 +196,15 @@ class Runner:
         _marshal.main_importer = self.main_module
         if sys.version_info[:2] == (3, 12):
             sys.meta_path.insert(0, _RefuseKnown)
+        self._copies = None
+        if copies is not None:
+            from aiosubinterp._inside import copies as _copies
+
+            # First: it decides for extension modules before _RefuseKnown,
+            # and refuses single-phase ones before their init runs (numpy
+            # was on the 3.12 list as single-phase up to 1.26).
+            _RefuseKnown.names = REFUSED_ON_312 - {"numpy"}
+            self._copies = _copies.install(copies)
         if settings is not None:
             self.apply_settings(settings)
         for name in preload:

@@ -1,0 +1,314 @@
+"""fallback="copy": a private copy of each refusing extension module in each interpreter.
+
+Every test that loads a copy runs in a child process and checks its exit
+code: a regression there may crash the process (research: single-phase
+modules, a reused path, the override without a copy). Nothing in this test
+process depends on a copy loading. Worker functions: tests/copyfuncs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import childproc
+import pytest
+
+import aiosubinterp as asi
+from aiosubinterp._engine import copies as engine_copies
+
+LOOPS = ["asyncio", "uvloop"]
+FREE_THREADED = bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
+# There CPython refuses to lift its check: test_free_threaded_builds_refuse_copies.
+needs_copies = pytest.mark.skipif(FREE_THREADED, reason="fallback='copy' is refused on "
+                                  "free-threaded builds (see the test of that refusal)")
+
+
+def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None = None,
+              timeout: float = 120) -> tuple[dict, str]:
+    """Run `async def main()` (body) in a fresh process; (its reports, its stderr).
+
+    The child reports with report(key, value): one JSON line each. It must
+    exit with 0: a crash at exit (a copy unloaded wrongly) fails the test.
+    """
+    source = textwrap.dedent("""
+        import asyncio, json, os, sys, warnings
+        import aiosubinterp as asi
+        import copyfuncs
+
+        def report(key, value):
+            print("REPORT " + json.dumps([key, value]), flush=True)
+
+        def failure(coro_or_exc):
+            return f"{type(coro_or_exc).__name__}: {coro_or_exc}"
+    """) + textwrap.dedent(body) + textwrap.dedent(f"""
+        if {loop_kind!r} == "uvloop":
+            import uvloop
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+        report("done", True)
+    """)
+    old = dict(os.environ)
+    try:
+        os.environ.update(env or {})
+        proc = childproc.run_child(tmp_path, source, timeout)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    reports = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("REPORT "):
+            key, value = json.loads(line[7:])
+            reports[key] = value
+    assert proc.returncode == 0, (
+        f"the child exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+        f"stderr:\n{proc.stderr[-4000:]}")
+    assert reports.get("done"), proc.stdout + proc.stderr
+    return reports, proc.stderr
+
+
+def have(*modules: str) -> list[str]:
+    """The modules of the `copies` extra that this venv has (none of them on 3.13t)."""
+    import importlib.util
+
+    return [m for m in modules if importlib.util.find_spec(m) is not None]
+
+
+@needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_refusing_packages_run_in_interpreters_from_private_copies(tmp_path, loop_kind):
+    packages = have("orjson", "pydantic", "lxml")
+    reports, _ = run_child(tmp_path, f"""
+        async def main():
+            async with asi.InterpreterPool(2, fallback="copy") as pool:
+                results = await asyncio.gather(*[pool.run(copyfuncs.numpy_where)
+                                                 for _ in range(6)])
+                report("numpy", results)
+                for name in {packages!r}:
+                    fn = getattr(copyfuncs, name + "_digest")
+                    report(name, await asyncio.gather(*[pool.run(fn) for _ in range(6)]))
+                stats = pool.statistics()
+                report("stats", stats)
+                report("folder_existed", os.path.isdir(stats["copies_folder"]))
+                # numpy's core finds OpenBLAS through $ORIGIN/../../numpy.libs: linked.
+                report("libs_linked", sorted(
+                    name for name in os.listdir(stats["copies_folder"])
+                    if os.path.islink(os.path.join(stats["copies_folder"], name, "numpy.libs"))))
+            report("folder_after_close", os.path.exists(stats["copies_folder"]))
+            import numpy
+            report("main_numpy", [copyfuncs.numpy_digest(), numpy.__file__])
+            for name in {packages!r}:
+                report("main_" + name, getattr(copyfuncs, name + "_digest")())
+    """, loop_kind)
+    main_digest, main_file = reports["main_numpy"]
+    folder = reports["stats"]["copies_folder"]
+    cores = set()
+    for digest, numpy_file, (core_name, *maps) in reports["numpy"]:
+        assert digest == main_digest
+        assert core_name == "numpy._core._multiarray_umath"
+        assert numpy_file == main_file  # its Python files are the installed ones
+        ours = [m for m in maps if m.startswith(folder + os.sep)]
+        assert ours, maps
+        cores.update(ours)
+    # Each of the two interpreters mapped a core of its own; none is the installed file.
+    assert len(cores) == 2, cores
+    assert reports["folder_existed"] and not reports["folder_after_close"]
+    assert reports["libs_linked"] == ["i1", "i2"]
+    stats = reports["stats"]
+    assert stats["copies"] >= 2 and stats["copies_bytes"] > 1_000_000, stats
+    for name in packages:
+        assert set(reports[name]) == {reports["main_" + name]}, name
+
+
+@needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_single_phase_modules_are_refused_before_their_init_runs(tmp_path, loop_kind):
+    msgspec = bool(have("msgspec"))
+    reports, _ = run_child(tmp_path, f"""
+        async def main():
+            async with asi.Interpreter(fallback="copy") as interp:
+                if {msgspec!r}:
+                    try:
+                        await interp.run(copyfuncs.msgspec_encode)
+                    except asi.ModuleRefusedError as exc:
+                        report("msgspec", [exc.name, str(exc)])
+                    report("msgspec_in_main", "msgspec" in sys.modules)
+                try:
+                    await interp.run(copyfuncs.rational_tests)
+                except asi.ModuleRefusedError as exc:
+                    report("rational", [exc.name, str(exc)])
+                report("numpy_after", (await interp.run(copyfuncs.numpy_where))[0])
+            import numpy
+            report("main_numpy", copyfuncs.numpy_digest())
+    """, loop_kind)
+    name, message = reports["rational"]
+    assert name == "numpy._core._rational_tests"
+    assert "single-phase" in message and "processes" in message
+    # numpy itself still works in that interpreter.
+    assert reports["numpy_after"] == reports["main_numpy"]
+    if msgspec:
+        name, message = reports["msgspec"]
+        assert name == "msgspec._core" and "single-phase" in message
+        # Its init never ran: it would have imported msgspec into main (3.13+).
+        assert reports["msgspec_in_main"] is False
+
+
+@needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_copy_where_safe_and_processes_otherwise(tmp_path, loop_kind):
+    if not have("msgspec"):
+        pytest.skip("msgspec (the single-phase example) has no wheel for this Python")
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                async with asi.InterpreterPool(2, fallback=("copy", "process")) as pool:
+                    # Functions route by their module: copyfuncs goes to processes
+                    # once msgspec refused, so the interpreter's part comes first.
+                    report("numpy", await pool.run(copyfuncs.numpy_where))
+                    report("pids", [os.getpid(), await pool.run(copyfuncs.pid)])
+                    report("msgspec", (await pool.run(copyfuncs.msgspec_encode)).decode())
+                    report("pid_after", await pool.run(copyfuncs.pid))
+            report("warnings", [str(w.message) for w in caught
+                                if w.category is asi.FallbackWarning])
+    """, loop_kind)
+    assert reports["msgspec"] == '{"a":1}'
+    assert any("msgspec._core" in w for w in reports["warnings"]), reports["warnings"]
+    numpy_maps = reports["numpy"][2][1:]
+    assert any("aiosubinterp-copies-" in m for m in numpy_maps), numpy_maps
+    main_pid, worker_pid = reports["pids"]
+    assert main_pid == worker_pid  # numpy's module ran in an interpreter, not a process
+    assert reports["pid_after"] != main_pid  # ... and on processes once msgspec refused
+
+
+@needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_replaced_interpreters_and_every_front_door_get_fresh_copies(tmp_path, loop_kind):
+    reports, _ = run_child(tmp_path, """
+        import concurrent.futures
+
+        async def main():
+            async with asi.InterpreterPool(1, fallback="copy",
+                                           max_tasks_per_interpreter=1) as pool:
+                report("recycled", [await pool.run(copyfuncs.numpy_where) for _ in range(3)])
+            with asi.InterpreterPoolExecutor(1, fallback="copy") as executor:
+                report("executor", executor.submit(copyfuncs.numpy_where).result(60))
+            import numpy
+            report("main_numpy", copyfuncs.numpy_digest())
+    """, loop_kind)
+    paths = []
+    for digest, _file, (_name, *maps) in reports["recycled"]:
+        assert digest == reports["main_numpy"]
+        paths.append([m for m in maps if "aiosubinterp-copies-" in m])
+    # Each incarnation mapped one more copy, at a path never used before.
+    new = [set(b) - set(a) for a, b in zip([[], *paths], paths, strict=False)]
+    assert all(len(n) == 1 for n in new), paths
+    assert len(set().union(*new)) == 3
+    assert reports["executor"][0] == reports["main_numpy"]
+
+
+@needs_copies
+def test_stale_folders_go_and_this_process_leaves_none(tmp_path):
+    parent = tmp_path / "copies"
+    family = parent / f"aiosubinterp-copies-{os.getuid()}"
+    family.mkdir(parents=True)
+    dead = family / "999999999-1-0badc0de"  # above any pid_max: never a live process
+    live = family / f"{os.getpid()}-1-0badc0de"
+    for folder in (dead, live):
+        (folder / "i1").mkdir(parents=True)
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+            pool = asi.InterpreterPool(1, fallback="copy")
+            await pool.start()
+            report("pid", os.getpid())
+            report("folder", pool.statistics()["copies_folder"])
+            report("env", [os.environ.get("OPENBLAS_NUM_THREADS"), os.environ["OMP_NUM_THREADS"]])
+            # never closed: the folder goes at exit
+            pool.close()
+    """, env={"AIOSUBINTERP_COPY_DIR": str(parent), "OMP_NUM_THREADS": "3"})
+    assert not dead.exists() and live.exists()
+    assert reports["folder"].startswith(str(family) + os.sep)
+    assert not os.path.exists(reports["folder"])
+    assert not [p for p in os.listdir(family) if p.startswith(f"{reports['pid']}-")]
+    # Native thread pools: one thread per worker unless the user chose.
+    assert reports["env"] == ["1", "3"]
+
+
+@needs_copies
+def test_denied_package_is_refused_with_the_reason(tmp_path):
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            async with asi.InterpreterPool(1, fallback="copy") as pool:
+                try:
+                    await pool.run(copyfuncs.uvloop_version)
+                except asi.ModuleRefusedError as exc:
+                    report("refused", [exc.name, str(exc)])
+    """)
+    name, message = reports["refused"]
+    assert name.partition(".")[0] == "uvloop"
+    if sys.version_info >= (3, 13):  # 3.12 refuses uvloop by name before any file is read
+        assert "libuv" in message
+
+
+def test_fallback_values_are_checked():
+    for bad in ("copies", ("process", "copy"), ("copy", "copy"), 1, ("copy", 3)):
+        with pytest.raises(ValueError, match="fallback must be None") as info:
+            asi.InterpreterPool(1, fallback=bad)
+        if bad == ("process", "copy"):
+            assert "('copy', 'process')" in str(info.value)
+    with pytest.raises(ValueError, match="Interpreter takes fallback=None or 'copy'"):
+        asi.Interpreter(fallback="process")
+    with pytest.raises(ValueError, match="InterpreterPoolExecutor takes fallback=None or 'copy'"):
+        asi.InterpreterPoolExecutor(1, fallback=("copy", "process"))
+    goods = [["copy", "process"], "process", None] + ([] if FREE_THREADED else ["copy", ("copy",)])
+    for good in goods:
+        pool = asi.InterpreterPool(1, fallback=good)
+        pool.close()
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="the refusal of free-threaded builds")
+def test_free_threaded_builds_refuse_copies(tmp_path):
+    for make in (lambda: asi.InterpreterPool(1, fallback="copy"),
+                 lambda: asi.Interpreter(fallback="copy"),
+                 lambda: asi.InterpreterPoolExecutor(1, fallback="copy")):
+        with pytest.raises(ValueError, match="not available on a free-threaded build"):
+            make()
+    # ("copy", "process") means processes there: numpy runs, in another process.
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", asi.FallbackWarning)
+                async with asi.InterpreterPool(1, fallback=("copy", "process")) as pool:
+                    report("numpy", await pool.run(copyfuncs.numpy_digest))
+                    report("pid", await pool.run(copyfuncs.pid))
+                    report("stats", pool.statistics())
+            import numpy
+            report("main", [os.getpid(), copyfuncs.numpy_digest()])
+    """)
+    assert reports["numpy"] == reports["main"][1]
+    assert reports["pid"] != reports["main"][0]
+    assert "copies" not in reports["stats"]
+
+
+def test_parent_folder_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIOSUBINTERP_COPY_DIR", str(tmp_path))
+    assert engine_copies.parent_folder() == str(tmp_path / f"aiosubinterp-copies-{os.getuid()}")
+
+
+def test_without_fallback_the_refusal_names_the_copy_fallback(tmp_path):
+    # In a child: the refused import still loads numpy's OpenBLAS, whose threads
+    # would outlive the test here.
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            async with asi.InterpreterPool(1) as pool:
+                try:
+                    await pool.run(copyfuncs.numpy_digest)
+                except asi.ModuleRefusedError as exc:
+                    report("refused", str(exc))
+    """)
+    assert "fallback='copy'" in reports["refused"]
+    assert "fallback=('copy', 'process')" in reports["refused"]
