@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--json", action="store_true", help="print JSON instead of lines")
     check.add_argument("--timeout", type=float, default=60.0,
                        help="seconds per module before it counts as hung (60)")
+    check.add_argument("--fallback", choices=("copy",), default="",
+                       help="copy: try a refused module again in a private copy per "
+                            "interpreter (InterpreterPool(fallback='copy')), with 20 calls "
+                            "in 2 interpreters at once")
     check.add_argument("--jobs", type=int, default=max(1, min(4, cores)),
                        help="modules checked at once (default: CPU count, at most 4)")
     args = parser.parse_args(argv)
@@ -124,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--timeout must be a positive number of seconds")
         from aiosubinterp.demo.check import run_check
 
-        return run_check(args.modules, args.json, args.timeout, args.jobs)
+        if args.fallback == "copy":
+            import sysconfig
+
+            if sysconfig.get_config_var("Py_GIL_DISABLED"):
+                parser.error("--fallback copy: private copies are not available on a "
+                             "free-threaded build (threads run in parallel there)")
+        return run_check(args.modules, args.json, args.timeout, args.jobs, args.fallback)
     from aiosubinterp.demo.info import run_info
 
     return run_info(not args.no_probe)

@@ -58,7 +58,8 @@ def test_every_outcome_in_json(modules_dir):
     numpy = got["numpy"]
     assert numpy["status"] == "refused", numpy
     assert numpy["version"] == importlib.metadata.version("numpy")  # no import: it starts threads
-    assert 'InterpreterPool(fallback="process") or ProcessPool' in numpy["detail"]
+    assert 'InterpreterPool(fallback="copy")' in numpy["detail"]
+    assert 'fallback="process" or ProcessPool' in numpy["detail"]
     assert numpy["detail"].startswith("numpy")
     assert got["no_such_module_here"]["status"] == "not installed"
     crashed = got["abort_at_import"]
@@ -99,3 +100,33 @@ def test_every_probe_is_valid_code_that_sets_result():
         code = compile(probe.code, f"<probe {name}>", "exec")
         assert "result" in code.co_names, name
         assert probe.what, name
+
+
+FREE_THREADED = bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
+
+
+@pytest.mark.skipif(FREE_THREADED, reason="--fallback copy is a usage error there (tested below)")
+def test_fallback_copy_names_the_tier_of_each_module():
+    import importlib.util
+
+    single = ["msgspec"] if importlib.util.find_spec("msgspec") else []
+    proc = check("--json", "--fallback", "copy", "json", "numpy", *single)
+    out = json.loads(proc.stdout)
+    got = {r["module"]: r for r in out["modules"]}
+    assert got["json"]["status"] == "works"
+    numpy = got["numpy"]
+    assert numpy["status"] == "copy", numpy
+    assert numpy["mib_per_interpreter"] > 1 and numpy["result"] == "45"
+    assert "20 calls in 2 interpreters at once agree" in numpy["detail"]
+    if single:
+        assert got["msgspec"]["status"] == "refused"
+        assert "single-phase" in got["msgspec"]["detail"]
+        assert proc.returncode == 1
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="the free-threaded build's usage error")
+def test_fallback_copy_is_a_usage_error_on_free_threaded_builds():
+    proc = check("--fallback", "copy", "numpy")
+    assert proc.returncode == 2 and "free-threaded" in proc.stderr

@@ -9,6 +9,9 @@ imported), then reports one of:
 - ``works``: imported and called; its version;
 - ``refused``: it refuses own-GIL interpreters (``ModuleRefusedError``);
   ``InterpreterPool(fallback="process")`` or ``ProcessPool`` runs it;
+- ``copy`` (with ``--fallback copy``): refused, but a private copy per
+  interpreter works: two interpreters make 20 probe calls at once, all with
+  the same answer; the disk (and so about the memory) each interpreter pays;
 - ``crashed``: the child died (a signal or an exit code), with the last
   lines of its stderr;
 - ``not installed``;
@@ -133,12 +136,43 @@ _MARK = "aiosubinterp-check:"
 _REFUSER = re.compile(r"extension module '([^']+)'")
 
 
-def _child(name: str, code: str) -> None:
-    """Runs in the child process: probe ``name`` in a worker, print one marked JSON line."""
+# fallback="copy": the stress run of a refused module, in private copies.
+COPY_WORKERS = 2
+COPY_CALLS = 20
+
+
+def _child(name: str, code: str, fallback: str = "") -> None:
+    """Runs in the child process: probe ``name`` in a worker, print one marked JSON line.
+
+    With fallback "copy", a refused module is tried again in private copies:
+    COPY_WORKERS interpreters make COPY_CALLS probe calls at once, and every
+    answer must be the same.
+    """
     import asyncio
 
     import aiosubinterp as asi
     from aiosubinterp.demo.work import probe_module
+
+    async def in_copies() -> dict[str, str]:
+        async with asi.InterpreterPool(COPY_WORKERS, fallback="copy") as pool:
+            try:
+                outcomes = await asyncio.gather(
+                    *[pool.run(probe_module, name, code) for _ in range(COPY_CALLS)])
+            except asi.ModuleRefusedError as exc:
+                found = _REFUSER.search(str(exc))
+                reason = str(exc).partition("cannot isolate it: ")[2].partition(". Run")[0]
+                return {"status": "refused", "refuser": found.group(1) if found else name,
+                        "copy": reason or _first_line(exc)}
+            stats = pool.statistics()
+        results = {o.get("result", o.get("error", "")) for o in outcomes}
+        first = outcomes[0]
+        if first["status"] != "works" or len(results) != 1:
+            return {"status": "failed", "step": first.get("step", "call"),
+                    "error": first.get("error") or f"the {COPY_CALLS} calls in private copies "
+                                                   f"disagreed: {sorted(results)[:3]}"}
+        per = int(stats["copies_bytes"]) / COPY_WORKERS / 2**20
+        return {**first, "status": "copy", "mib": f"{per:.1f}",
+                "files": str(int(stats["copies"]) // COPY_WORKERS)}
 
     async def probe() -> dict[str, str]:
         async with asi.InterpreterPool(1) as pool:
@@ -147,13 +181,16 @@ def _child(name: str, code: str) -> None:
                 return outcome
             except asi.ModuleRefusedError as exc:
                 found = _REFUSER.search(str(exc))
-                return {"status": "refused", "refuser": found.group(1) if found else name}
+                refused = {"status": "refused", "refuser": found.group(1) if found else name}
             except ModuleNotFoundError as exc:
                 if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
                     return {"status": "not installed"}
                 return {"status": "failed", "error": _first_line(exc)}
             except Exception as exc:  # noqa: BLE001 - any other failure is the answer
                 return {"status": "failed", "error": _first_line(exc)}
+        if fallback != "copy":
+            return refused
+        return await in_copies()
 
     outcome = asyncio.run(probe())
     # After the pool is closed, and in main only: reading the metadata does
@@ -195,17 +232,20 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def check_module(name: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, object]:
+def check_module(name: str, timeout: float = DEFAULT_TIMEOUT,
+                 fallback: str = "") -> dict[str, object]:
     """Probe ``name`` in a worker of a fresh child process; the outcome as a JSON-ready dict.
 
-    Keys: ``module``, ``status`` (works, refused, crashed, not installed,
+    Keys: ``module``, ``status`` (works, copy, refused, crashed, not installed,
     failed, timeout), ``version``, ``detail`` (one line for people), and
-    where they apply ``call``, ``result``, ``returncode``, ``signal``, ``stderr``.
+    where they apply ``call``, ``result``, ``returncode``, ``signal``,
+    ``stderr``, ``mib_per_interpreter``. ``copy`` (only with fallback="copy")
+    means refused, but it works in a private copy per interpreter.
     """
     probe = PROBES.get(name, Probe("import only", "result = None"))
     argv = [sys.executable, "-c",
             "import sys; from aiosubinterp.demo.check import _child; _child(*sys.argv[1:])",
-            name, probe.code]
+            name, probe.code, fallback]
     report: dict[str, object] = {"module": name, "status": "", "version": "", "detail": "",
                                  "call": probe.what}
     try:
@@ -248,9 +288,23 @@ def check_module(name: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, objec
         report["result"] = outcome.get("result", "")
         report["detail"] = ("imported" if name not in PROBES
                             else f"{probe.what} -> {outcome.get('result', '')}")
+    elif status == "copy":
+        plural = "" if outcome["files"] == "1" else "s"
+        report["result"] = outcome.get("result", "")
+        report["mib_per_interpreter"] = float(outcome["mib"])
+        report["detail"] = (f"refused, works in a private copy per interpreter "
+                            f"(InterpreterPool(fallback=\"copy\")): {outcome['mib']} MiB, "
+                            f"{outcome['files']} file{plural} each; {COPY_CALLS} calls in "
+                            f"{COPY_WORKERS} interpreters at once agree")
+    elif status == "refused" and "copy" in outcome:
+        report["detail"] = (f"{outcome['refuser']} refuses own-GIL interpreters and a private "
+                            f"copy cannot isolate it ({outcome['copy']}); ProcessPool or "
+                            "InterpreterPool(fallback=(\"copy\", \"process\")) runs it")
     elif status == "refused":
         report["detail"] = (f"{outcome['refuser']} refuses own-GIL interpreters; "
-                            "InterpreterPool(fallback=\"process\") or ProcessPool runs it")
+                            "InterpreterPool(fallback=\"copy\") may load a private copy "
+                            "(check --fallback copy), fallback=\"process\" or ProcessPool "
+                            "runs it")
     elif status == "not installed":
         report["detail"] = f"no module named {name!r} for {sys.executable}"
     else:
@@ -265,14 +319,18 @@ def _text(data: bytes | str | None) -> str:
     return data or ""
 
 
-def run_check(modules: list[str], as_json: bool, timeout: float, jobs: int) -> int:
-    """The ``check`` command: one line per module (or JSON); 0 if all work, else 1."""
+def run_check(modules: list[str], as_json: bool, timeout: float, jobs: int,
+              fallback: str = "") -> int:
+    """The ``check`` command: one line per module (or JSON); 0 if all work, else 1.
+
+    With fallback "copy", a module that works in private copies counts as working.
+    """
     import platform
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, min(jobs, len(modules)))) as ex:
-        reports = list(ex.map(lambda m: check_module(m, timeout), modules))
-    ok = all(r["status"] == "works" for r in reports)
+        reports = list(ex.map(lambda m: check_module(m, timeout, fallback), modules))
+    ok = all(r["status"] in ("works", "copy") for r in reports)
     if as_json:
         print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
                           "all_work": ok, "modules": reports}, indent=2))
@@ -282,6 +340,8 @@ def run_check(modules: list[str], as_json: bool, timeout: float, jobs: int) -> i
         version = str(r["version"] or "-")
         print(f"{r['module']:<{width}}  {r['status']:<13}  {version:<10}  {r['detail']}")
     works = sum(r["status"] == "works" for r in reports)
-    print(f"\n{works} of {len(reports)} work in a worker interpreter "
+    copies = sum(r["status"] == "copy" for r in reports)
+    more = f", {copies} more in private copies" if fallback == "copy" else ""
+    print(f"\n{works} of {len(reports)} work in a worker interpreter{more} "
           f"(CPython {platform.python_version()}, {os.path.basename(sys.executable)}).")
     return 0 if ok else 1
