@@ -4,6 +4,13 @@
   twins are used). Bugs: gh-136421 and the crashes listed below.
   Versions: 3.12, 3.13. Proved by: tests/test_stdlib_matrix.py (every
   exercise group, and test_datetime_shim_applies_exactly_where_cpython_still_crashes).
+- With private copies (``fallback="copy"``) on 3.12 and 3.13, ``_datetime``
+  is imported in main and not blocked in workers (``blocked_modules(True)``):
+  numpy, orjson and pydantic-core need its C API (orjson segfaulted without
+  it on 3.12), and gh-136421 does not strike once main imported it first.
+  Proved by: tests/test_private_copies.py (every test exits 0). The deny
+  list of aiosubinterp/_inside/copies.py (SQLAlchemy on 3.12) is its
+  worker-side companion.
 - Argument Clinic keyword caches primed in main (``prime_arg_parsers``).
   Bug: gh-119213. Versions: 3.12.0 to 3.12.3. Proved by:
   tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools.
