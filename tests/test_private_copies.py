@@ -312,3 +312,27 @@ def test_without_fallback_the_refusal_names_the_copy_fallback(tmp_path):
     """)
     assert "fallback='copy'" in reports["refused"]
     assert "fallback=('copy', 'process')" in reports["refused"]
+
+
+@needs_copies
+def test_the_default_pool_takes_its_fallback_from_the_environment(tmp_path):
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            report("numpy", await asi.run(copyfuncs.numpy_where))
+            import numpy
+            report("main", copyfuncs.numpy_digest())
+    """, env={"AIOSUBINTERP_FALLBACK": "copy"})
+    assert reports["numpy"][0] == reports["main"]
+    assert any("aiosubinterp-copies-" in m for m in reports["numpy"][2][1:])
+
+
+def test_a_bad_fallback_in_the_environment_is_a_clear_error(tmp_path):
+    reports, _ = run_child(tmp_path, """
+        async def main():
+            try:
+                await asi.run(copyfuncs.pid)
+            except ValueError as exc:
+                report("error", str(exc))
+    """, env={"AIOSUBINTERP_FALLBACK": "copies"})
+    assert reports["error"].startswith("the environment variable AIOSUBINTERP_FALLBACK='copies'")
+    assert "copy,process" in reports["error"]

@@ -711,7 +711,9 @@ async def run(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
     """Run fn(*args, **kwargs) in the running loop's default interpreter pool.
 
     The default pool has one interpreter per CPU, starts on first use and is
-    closed when the loop shuts down (asyncio.run does this) or at exit.
+    closed when the loop shuts down (asyncio.run does this) or at exit. Its
+    ``fallback`` comes from the environment variable ``AIOSUBINTERP_FALLBACK``
+    (``copy``, ``process`` or ``copy,process``; unset: None).
 
     Cancellation: as InterpreterPool.run().
     """
@@ -719,5 +721,21 @@ async def run(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
     hub = _loop.hub_for(loop)
     pool = hub.default_pool
     if pool is None or pool.closed:
-        pool = hub.default_pool = InterpreterPool()
+        pool = hub.default_pool = InterpreterPool(fallback=_default_fallback())
     return await pool.submit(fn, *args, **kwargs)
+
+
+def _default_fallback() -> str | tuple[str, ...] | None:
+    """The default pool's fallback, from AIOSUBINTERP_FALLBACK; a clear error for a bad value."""
+    raw = os.environ.get("AIOSUBINTERP_FALLBACK", "").strip()
+    if not raw:
+        return None
+    tiers = tuple(part.strip() for part in raw.split(","))
+    value: str | tuple[str, ...] = tiers[0] if len(tiers) == 1 else tiers
+    try:
+        _procfallback.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"the environment variable AIOSUBINTERP_FALLBACK={raw!r} is not a "
+                         "fallback: use copy, process or copy,process (or unset it). "
+                         f"{exc}") from None
+    return value
