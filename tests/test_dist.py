@@ -4,8 +4,8 @@
 distribution's metadata and pyproject.toml (which reads it from _version.py)
 agree, and asking for it stays cheap (no importlib.metadata). Runs against
 the checkout (editable install) and against an installed wheel
-(scripts/check-dist.sh), where pyproject.toml is not beside the tests: the
-pyproject check then skips.
+(scripts/check-dist.sh), where the package's sources are not beside the
+tests: the pyproject check then skips.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 import aiosubinterp as asi
 
 PYPROJECT = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+VERSION_PY = PYPROJECT.parent / "aiosubinterp" / "_version.py"
 # PEP 440's public version scheme, without epochs or local parts.
 PEP440 = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 
@@ -49,12 +50,12 @@ def test_version_is_cheap():
     assert out.split() == [asi.__version__, "False", "False"]
 
 
-@pytest.mark.skipif(not PYPROJECT.exists(), reason="not a checkout: no pyproject.toml here")
+@pytest.mark.skipif(not VERSION_PY.exists(), reason="not a checkout (an installed package)")
 def test_pyproject_reads_the_one_version():
     project = tomllib.loads(PYPROJECT.read_text())
     assert "version" not in project["project"], "the version lives in aiosubinterp/_version.py"
     assert "version" in project["project"]["dynamic"]
     attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
     assert attr == "aiosubinterp._version.__version__"
-    source = (PYPROJECT.parent / "aiosubinterp" / "_version.py").read_text()
+    source = VERSION_PY.read_text()
     assert re.findall(r'^__version__ = "(.*)"$', source, re.M) == [asi.__version__]
