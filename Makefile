@@ -17,9 +17,9 @@
 #                   3.14, 3.15 in the Debian root) into ./dist/, repaired by
 #                   auditwheel to a manylinux tag and checked (scripts/dist.sh)
 #   make check-dist install a built wheel where no C compiler can be found and
-#                   run a smoke set of tests against it; build a wheel from the
-#                   unpacked sdist and import it (scripts/check-dist.sh; not
-#                   part of make test)
+#                   run a smoke set of tests against it; build a wheel from
+#                   the unpacked sdist and import it (scripts/check-dist.sh,
+#                   ~1 min; not part of make test)
 #   make venv       only build the venvs (and the extension in place)
 #   make clean      remove venvs, build products and stamps
 #
@@ -28,9 +28,12 @@
 # versions looked for here, default all supported; "3.13t" names the
 # free-threaded build, see .deps.stamp below), SID_VERSIONS (`make
 # test` in the Debian root, default "3.13 3.14 3.15", empty for none),
-# TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), and setup.py's
+# TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), setup.py's
 # AIOSUBINTERP_DEBUG=1 / AIOSUBINTERP_SANITIZE=address (a change of either
-# rebuilds the extension).
+# rebuilds the extension), and for `make dist` DIST_VERSIONS (wheels built
+# here, default "3.12 3.13 3.13t") and DIST_SID_VERSIONS (in the Debian root,
+# default "3.14 3.15", empty for none), for `make check-dist`
+# CHECK_DIST_VERSIONS (default "3.13") and CHECK_DIST_TESTS.
 #
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml

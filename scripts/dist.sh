@@ -126,7 +126,8 @@ all() {
         took[$v]=$((SECONDS - t0))
     done
     if [[ ${#SID[@]} -gt 0 ]]; then
-        bash scripts/pythons.sh provision
+        bash scripts/pythons.sh provision \
+            || die "the Debian root could not be provisioned for ${SID[*]} (DIST_SID_VERSIONS= builds only here)"
         src="$(bash scripts/pythons.sh src)"
         for v in "${SID[@]}"; do
             t0=$SECONDS
