@@ -33,7 +33,8 @@
 # rebuilds the extension), and for `make dist` DIST_VERSIONS (wheels built
 # here, default "3.12 3.13 3.13t") and DIST_SID_VERSIONS (in the Debian root,
 # default "3.14 3.15", empty for none), for `make check-dist`
-# CHECK_DIST_VERSIONS (default "3.13") and CHECK_DIST_TESTS.
+# CHECK_DIST_VERSIONS (default "3.13"), CHECK_DIST_SID_VERSIONS (default
+# none) and CHECK_DIST_TESTS.
 #
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml

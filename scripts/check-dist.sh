@@ -4,19 +4,22 @@
 #   1. No compiler: for each Python of CHECK_DIST_VERSIONS (default "3.13",
 #      found here), a fresh venv gets the wheel of dist/ for that Python and
 #      the test runner's packages, as binary wheels only (--only-binary
-#      :all:), with no C compiler to be found: PATH is a folder of links to
+#      :all:; on a free-threaded Python without uvloop, which has no cp313t
+#      wheel), with no C compiler to be found: PATH is a folder of links to
 #      every program of the usual PATH except the C/C++ compilers (cc, gcc,
 #      c++, g++, clang, ... and their triplet-named variants), and CC=false,
 #      CXX=false. Shown, not assumed: `command -v cc gcc` fails there. Then a
 #      smoke set of the suite (CHECK_DIST_TESTS, default the pool, channel,
 #      cancellation, shared buffer, executor and dist tests: the engine, in
-#      about a minute; not the whole suite, ~45 minutes on 2 cores) runs against the installed
-#      package: tests/ and examples/ (which tests run) are copied into an
-#      empty folder beside pyproject.toml (for pytest's settings) and nothing
-#      else, pytest runs there from its
-#      console script (which, unlike `python -m`, does not put the current
-#      folder on sys.path), and where `aiosubinterp` and its compiled module
-#      come from is printed and must be the venv's site-packages.
+#      about 30 s; not the whole suite, ~45 minutes on 2 cores) runs against
+#      the installed package: tests/ and examples/ (which tests run) are
+#      copied into an empty folder beside pyproject.toml (for pytest's
+#      settings) and nothing else, pytest runs there from its console script
+#      (which, unlike `python -m`, does not put the current folder on
+#      sys.path), and where `aiosubinterp` and its compiled module come from
+#      is printed and must be the venv's site-packages.
+#      CHECK_DIST_SID_VERSIONS (default none; "3.14 3.15" for those) runs
+#      the same inside the Debian root (scripts/pythons.sh run), ~25 s each.
 #   2. The sdist: unpacked into an empty folder, a wheel built from it (with
 #      the compiler, by `python -m build --wheel` on DIST_TOOLS_PYTHON),
 #      installed into a fresh venv, imported, and one task run in a pool.
@@ -30,6 +33,7 @@ SELF="$PROJECT/scripts/check-dist.sh"
 MAKE="${MAKE:-make}"
 TOOLS="${DIST_TOOLS_PYTHON:-3.13}"
 read -r -a VERSIONS <<<"${CHECK_DIST_VERSIONS:-3.13}"
+read -r -a SID <<<"${CHECK_DIST_SID_VERSIONS:-}"
 TESTS="${CHECK_DIST_TESTS:-tests/test_pool.py tests/test_channel.py tests/test_cancel.py tests/test_buffer.py tests/test_executor.py tests/test_dist.py}"
 # The packages the smoke set needs, with pyproject.toml's test extra's bounds.
 RUNNER_PACKAGES=(pytest pytest-asyncio pytest-timeout uvloop)
@@ -166,10 +170,13 @@ failed=()
 for v in "${VERSIONS[@]}"; do
     bash "$SELF" wheel "$v" || failed+=("wheel on $v")
 done
+for v in "${SID[@]}"; do  # the root's copy of this tree has dist/ too
+    bash scripts/pythons.sh run bash scripts/check-dist.sh wheel "$v" || failed+=("wheel on $v (Debian root)")
+done
 bash "$SELF" sdist || failed+=("wheel from the sdist")
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "check-dist: FAILED: ${failed[*]}"
     exit 1
 fi
-echo "check-dist: passed (the wheel without a compiler on ${VERSIONS[*]}; a wheel from the sdist on $TOOLS)"
+echo "check-dist: passed (the wheel without a compiler on ${VERSIONS[*]}${SID[*]:+, and in the Debian root on ${SID[*]}}; a wheel from the sdist on $TOOLS)"
