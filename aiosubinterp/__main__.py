@@ -1,4 +1,4 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info | check``.
+"""Command line: ``python -m aiosubinterp demo | bench | info | check | --version``.
 
 Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
 """
@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 
+from aiosubinterp._version import __version__
 from aiosubinterp.demo import missing
 
 __all__ = ["main"]
@@ -29,6 +30,7 @@ def _contenders(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aiosubinterp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     cores = os.cpu_count() or 2
     demo = sub.add_parser(

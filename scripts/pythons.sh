@@ -11,6 +11,9 @@
 #   scripts/pythons.sh available       exit 0 if this machine can provision
 #                                      (root, Debian apt or debootstrap)
 #   scripts/pythons.sh mirror          print the Debian mirror apt uses here
+#   scripts/pythons.sh src             print where `run` keeps this work tree's
+#                                      copy, seen from here (what a run built
+#                                      there stays there: make dist fetches it)
 #
 # Why a chroot: Debian's unstable suite ships CPython 3.13.x, 3.14.x and
 # 3.15.x as binary packages, but they need a newer glibc than Debian 12's, so
@@ -211,6 +214,12 @@ chroot_env() {
     printf '%s\0' "${e[@]}"
 }
 
+# One copy of the project per work tree in the root: /src/TAG, TAG being the
+# tree's name plus a hash of its path.
+tag() {
+    echo "$(basename "$PROJECT")-$(printf '%s' "$PROJECT" | cksum | cut -d' ' -f1)"
+}
+
 run() {
     [[ $# -gt 0 ]] || die "run: no command given"
     provisioned || die "not provisioned: run scripts/pythons.sh provision first"
@@ -221,8 +230,7 @@ run() {
     # /src is the project as the work tree has it (uncommitted changes
     # included), minus the host's build products: venvs and the extension
     # built against the host's glibc. Its own venvs and build stay between runs.
-    # One copy per work tree: TAG is the tree's name plus a hash of its path.
-    TAG="$(basename "$PROJECT")-$(printf '%s' "$PROJECT" | cksum | cut -d' ' -f1)"
+    TAG="$(tag)"
     with_mounts chroot "$ROOT" env -i "${env[@]}" bash -c '
         set -e
         tag="$1"; shift
@@ -250,5 +258,6 @@ case "${1:-}" in
     available) can_provision ;;
     root) echo "$ROOT" ;;
     mirror) mirror ;;
-    *) echo "usage: $0 provision | versions | available | root | mirror | run CMD..." >&2; exit 2 ;;
+    src) echo "$ROOT/src/$(tag)" ;;
+    *) echo "usage: $0 provision | versions | available | root | mirror | src | run CMD..." >&2; exit 2 ;;
 esac
