@@ -102,3 +102,32 @@ def uvloop_version() -> str:
 
 def pid() -> int:
     return os.getpid()
+
+
+def import_at_once(names: list[str]) -> tuple[list[str], int]:
+    """Import names on one thread each, at once; (errors, the check's override left after).
+
+    The override left must be 0 (none): a load from a copy lifts the check only
+    while it runs, whatever the order threads finish in.
+    """
+    import _imp
+    import importlib
+    import threading
+
+    errors: list[str] = []
+    start = threading.Barrier(len(names))
+
+    def one(name: str) -> None:
+        start.wait()
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    left = _imp._override_multi_interp_extensions_check(0)
+    return errors, left

@@ -336,3 +336,38 @@ def test_a_bad_fallback_in_the_environment_is_a_clear_error(tmp_path):
     """, env={"AIOSUBINTERP_FALLBACK": "copies"})
     assert reports["error"].startswith("the environment variable AIOSUBINTERP_FALLBACK='copies'")
     assert "copy,process" in reports["error"]
+
+
+@needs_copies
+async def test_a_copy_folder_others_can_write_to_is_refused(tmp_path, monkeypatch):
+    family = tmp_path / f"aiosubinterp-copies-{os.getuid()}"
+    family.mkdir()
+    family.chmod(0o777)
+    monkeypatch.setenv("AIOSUBINTERP_COPY_DIR", str(tmp_path))
+    pool = asi.InterpreterPool(1, fallback="copy")
+    with pytest.raises(asi.BrokenPoolError) as info:
+        await pool.start()
+    await pool.aclose()
+    cause = info.value.__cause__
+    assert isinstance(cause, PermissionError)
+    assert "nobody else can write to" in str(cause) and "drwxrwxrwx" in str(cause)
+    assert os.listdir(family) == []  # nothing was written there
+
+
+@needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind):
+    names = ["numpy", "xml.dom.minidom", "json", *have("orjson", "lxml.etree", "pydantic")]
+    reports, _ = run_child(tmp_path, f"""
+        async def main():
+            async with asi.Interpreter(fallback="copy") as interp:
+                report("at_once", await interp.run(copyfuncs.import_at_once, {names!r}))
+                # The check is still on for a module without a copy: a plain refusal.
+                try:
+                    await interp.run(copyfuncs.uvloop_version)
+                except asi.ModuleRefusedError as exc:
+                    report("uvloop", exc.name)
+    """, loop_kind)
+    errors, left = reports["at_once"]
+    assert errors == [] and left == 0
+    assert reports["uvloop"].partition(".")[0] == "uvloop"

@@ -52,6 +52,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_private(folder: str) -> None:
+    """Refuse a folder others could write into: they could swap a copy before it loads."""
+    import stat
+
+    info = os.lstat(folder)
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        raise PermissionError(
+            f"the private copies' folder {folder} must be a directory of this user "
+            f"(uid {os.getuid()}) that nobody else can write to (a link, another owner or "
+            f"mode {stat.filemode(info.st_mode)} found): a file swapped there would be "
+            "loaded as code. Remove it, or set AIOSUBINTERP_COPY_DIR to a folder of your own.")
+
+
 def remove_stale(parent: str) -> list[str]:
     """Remove the folders of processes that are gone; their names."""
     removed: list[str] = []
@@ -83,6 +97,7 @@ class CopyFolders:
 
     def _make(self) -> str:
         os.makedirs(self._parent, mode=0o700, exist_ok=True)
+        check_private(self._parent)
         remove_stale(self._parent)
         folder = os.path.join(
             self._parent, f"{os.getpid()}-{next(_pools)}-{secrets.token_hex(4)}")

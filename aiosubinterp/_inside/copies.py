@@ -84,6 +84,7 @@ class PrivateCopies:
         self.packages: set[str] = set()  # top-level packages whose extensions load from copies
         self.made: list[tuple[str, int, float]] = []  # (module, bytes, seconds)
         self.loaded: set[int] = set()  # ids of modules made from copies, not run yet
+        self._lifted = 0  # loads from copies running now (on any thread of this interpreter)
         stdlib = os.path.dirname(os.__file__)
         self._skip = (stdlib + os.sep, os.path.join(stdlib, "lib-dynload") + os.sep)
 
@@ -115,14 +116,14 @@ class PrivateCopies:
                                  "runs in the main interpreter, where it would bind to main's "
                                  "state)")
         if top not in self.packages:
-            old = _override(0)  # the interpreter's own check
+            _override(0)  # the interpreter's own check, even inside a lifted section
             try:
                 return _imp.create_dynamic(spec)
             except ImportError as exc:
                 if _REFUSAL not in str(exc):
                     raise
             finally:
-                _override(old)
+                self._restore()
             if top in DENIED:
                 raise _refused(name, DENIED[top])
             self.packages.add(top)
@@ -134,11 +135,13 @@ class PrivateCopies:
         # The check is lifted only while this module is made from its copy
         # (and run, below: PyO3 makes submodules there); an extension module
         # imported meanwhile gets the check back from create().
-        old = _override(-1)
+        self._lifted += 1
+        _override(-1)
         try:
             module = _imp.create_dynamic(copy_spec)
         finally:
-            _override(old)
+            self._lifted -= 1
+            self._restore()
         self.loaded.add(id(module))
         return module
 
@@ -148,11 +151,23 @@ class PrivateCopies:
             _imp.exec_dynamic(module)
             return
         self.loaded.discard(id(module))
-        old = _override(-1)
+        self._lifted += 1
+        _override(-1)
         try:
             _imp.exec_dynamic(module)
         finally:
-            _override(old)
+            self._lifted -= 1
+            self._restore()
+
+    def _restore(self) -> None:
+        """Set the check as the lifted sections still running want it.
+
+        A count, not the value each caller found: sections of several threads
+        of this interpreter may end in any order, and a saved value restored
+        late would leave the check off for good. While any section runs, the
+        check is off except during a usual load (which sets it on for itself).
+        """
+        _override(-1 if self._lifted else 0)
 
     def copy_file(self, name: str, path: str) -> str:
         """Copy path into this interpreter's folder, at its place in the package."""
