@@ -55,34 +55,61 @@ JOB_CALL = 1
 JOB_EXEC = 2
 
 
+def _type_name(exc: BaseException) -> str:
+    tp = type(exc)
+    if tp.__module__ == _marshal.MAIN_ALIAS:
+        return f"__main__.{tp.__qualname__}"
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _names(exc: BaseException) -> tuple[str, str]:
+    """(type_name, message) of exc, whatever its __str__ does."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001
+        message = f"<unprintable {type(exc).__qualname__}>"
+    return _type_name(exc), message
+
+
+def _rebuildable(exc: BaseException) -> bytes:
+    """exc pickled, if it unpickles again (raises otherwise)."""
+    data = _marshal.dumps(exc)
+    _marshal.loads(data)
+    return data
+
+
 def describe_exception(exc: BaseException) -> tuple[object, ...]:
-    """(type_name, message, traceback_text, exception_or_None), ready to cross back."""
+    """(type_name, message, traceback_text, exception_or_None, frames), ready to cross back.
+
+    frames is _tracebacks.capture's plain data (the frames of exc and of its
+    chain) or None; _errors.rebuild also takes the first four alone.
+    """
     import traceback
 
     refused = refusal_from(exc)
     if refused is not None:
         refused.__cause__ = exc
         exc = refused
-    tp = type(exc)
-    type_name = f"{tp.__module__}.{tp.__qualname__}"
-    if tp.__module__ == _marshal.MAIN_ALIAS:
-        type_name = f"__main__.{tp.__qualname__}"
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001
-        message = f"<unprintable {tp.__qualname__}>"
+    type_name, message = _names(exc)
     tb_text = ""
+    frames = None
     if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
         try:
             tb_text = "".join(traceback.format_exception(exc))
         except Exception:  # noqa: BLE001
             pass
+        try:
+            from aiosubinterp import _tracebacks
+
+            frames = _tracebacks.capture(exc, _names, _rebuildable)
+        except Exception:  # noqa: BLE001 - the text form still says where
+            frames = None
     try:
-        _marshal.loads(_marshal.dumps(exc))  # only send what can be rebuilt
+        _rebuildable(exc)  # only send what can be rebuilt
         carried: object = _PickledException(exc)
     except Exception:  # noqa: BLE001
         carried = None
-    return (type_name, message, tb_text, carried)
+    return (type_name, message, tb_text, carried, frames)
 
 
 class _PickledException:
@@ -476,7 +503,7 @@ class Runner:
 
     def describe_minimal(self, exc: BaseException) -> tuple[object, ...]:
         """Called by C when describe() failed: type and repr only."""
-        return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
+        return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None, None)
 
     def shutdown(self, grace: float = 0.0) -> str | None:
         """Called by C once, after the worker's last job: close its event loop, and

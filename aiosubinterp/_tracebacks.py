@@ -1,0 +1,292 @@
+"""A worker's frames in the caller's traceback.
+
+Where the exception was raised (a worker interpreter or process), capture()
+turns its traceback, and recursively the tracebacks of its ``__cause__``,
+``__context__`` and ExceptionGroup members, into plain data (strings and
+ints: it crosses by copy). In the caller, attach() gives the rebuilt
+exception a real traceback made of those frames, so ``traceback``, pytest's
+report, ``pdb.post_mortem()`` and error trackers see the worker's file, line
+and function (and read its source line from the file, as for any frame).
+
+A frame cannot be made from data, but one can be made by running code: for
+each remote frame a tiny function is compiled whose code object carries the
+remote ``co_filename``, ``co_name``, ``co_qualname`` and ``co_firstlineno``
+and which fails at the remote line (and, from 3.11's positions, at the same
+columns, so the carets under the source line are the worker's). Running it
+once gives a finished frame; those frames are cached (a finished frame is
+never run again, and holds no locals) and linked with
+``types.TracebackType(tb_next, tb_frame, tb_lasti, tb_lineno)``.
+
+Frames of our own machinery (aiosubinterp/_inside, the process worker, the
+compiled ext/ fragments) are left out, and so are the asyncio frames above
+the first frame of the task's code (a coroutine job's event loop).
+
+Both sides: imported lazily, on the error path only, in workers and in main;
+it must not import asyncio.
+"""
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import CodeType, FrameType, TracebackType
+    from typing import Any
+
+__all__ = ["MAX_EXCEPTIONS", "MAX_FRAMES", "attach", "capture"]
+
+MAX_FRAMES = 100  # per exception: the 30 outermost and the 70 innermost of a deeper one
+MAX_EXCEPTIONS = 16  # chained exceptions and group members carried, in all (cycles stop too)
+_CACHE_SIZE = 1024  # synthetic frames kept for reuse
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_OURS = (os.path.join(_PACKAGE, "_inside") + os.sep,)
+_PROCESS_WORKER = os.path.join(_PACKAGE, "_process", "worker.py")
+_ASYNCIO = os.path.join(os.path.dirname(os.__file__), "asyncio") + os.sep
+
+
+def _ours(filename: str) -> bool:
+    if filename.startswith(_OURS) or filename == _PROCESS_WORKER:
+        return True
+    # Cython frames of aiosubinterp._core carry the fragment's path as written
+    # in the build ("ext/worker.pxi").
+    return (filename.endswith((".pxi", ".pyx"))
+            and os.path.basename(os.path.dirname(filename)) == "ext")
+
+
+# -- where the exception was raised ---------------------------------------------------
+
+
+def _frames(tb: "TracebackType | None") -> tuple[tuple[object, ...], ...]:
+    """(filename, lineno, name, qualname, firstlineno, positions) per frame, outermost first."""
+    out: list[tuple[object, ...]] = []
+    leading = True
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        filename = code.co_filename
+        if not (_ours(filename) or (leading and filename.startswith(_ASYNCIO))):
+            leading = False
+            positions = None
+            if tb.tb_lasti >= 0:
+                try:
+                    for i, pos in enumerate(code.co_positions()):
+                        if i == tb.tb_lasti // 2:
+                            positions = pos
+                            break
+                except Exception:  # noqa: BLE001 - a code object without positions
+                    positions = None
+            out.append((filename, tb.tb_lineno, code.co_name,
+                        getattr(code, "co_qualname", code.co_name), code.co_firstlineno,
+                        positions))
+        tb = tb.tb_next
+    if len(out) > MAX_FRAMES:
+        out[30:len(out) - (MAX_FRAMES - 30)] = []
+    return tuple(out)
+
+
+def capture(exc: BaseException, describe: "Any", dumps: "Any") -> tuple[object, ...] | None:
+    """Plain data describing exc's frames and chain, or None when it has no traceback.
+
+    describe(exc) -> (type_name, message) and dumps(exc) -> bytes (raises
+    when exc cannot be rebuilt elsewhere) come from the caller, so that this
+    module imports nothing of ours.
+
+    The result is (frames, cause, context, members): cause and context are
+    None or (type_name, message, pickled exception or None, detail), context
+    only when it would be shown (no cause, not suppressed); members is None
+    or one detail (or None) per member of an ExceptionGroup, in order.
+    """
+    if exc.__traceback__ is None:
+        return None
+    budget = [MAX_EXCEPTIONS]
+    return _detail(exc, describe, dumps, {id(exc)}, budget)
+
+
+def _detail(exc: BaseException, describe: "Any", dumps: "Any", seen: set[int],
+            budget: list[int]) -> tuple[object, ...]:
+    cause = context = members = None
+    if exc.__cause__ is not None:
+        cause = _chained(exc.__cause__, describe, dumps, seen, budget)
+    elif exc.__context__ is not None and not exc.__suppress_context__:
+        context = _chained(exc.__context__, describe, dumps, seen, budget)
+    group = getattr(exc, "exceptions", None)
+    if isinstance(exc, BaseExceptionGroup) and isinstance(group, tuple):
+        items: list[object] = []
+        for member in group:
+            if budget[0] <= 0 or id(member) in seen:
+                items.append(None)
+                continue
+            budget[0] -= 1
+            seen.add(id(member))
+            items.append(_detail(member, describe, dumps, seen, budget))
+        members = tuple(items)
+    return (_frames(exc.__traceback__), cause, context, members)
+
+
+def _chained(exc: BaseException, describe: "Any", dumps: "Any", seen: set[int],
+             budget: list[int]) -> tuple[object, ...] | None:
+    if budget[0] <= 0 or id(exc) in seen:
+        return None
+    budget[0] -= 1
+    seen.add(id(exc))
+    type_name, message = describe(exc)
+    try:
+        data: bytes | None = dumps(exc)
+    except Exception:  # noqa: BLE001 - shown as an ExecutionFailed in the caller
+        data = None
+    return (type_name, message, data, _detail(exc, describe, dumps, seen, budget))
+
+
+# -- in the caller ----------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """What a synthetic frame raises to end."""
+
+
+def _stop() -> None:
+    raise _Stop
+
+
+# The globals of every synthetic frame: nothing but what ends it. An empty
+# __builtins__ makes any other name a NameError (the short-span form in _source).
+_GLOBALS: dict[str, object] = {"__builtins__": {}, "__name__": "aiosubinterp.remote",
+                               "Z": _stop}
+_cache: dict[tuple[object, ...], tuple["FrameType", int, int]] = {}
+
+
+def _source(body_line: int, positions: object) -> tuple[str, bool]:
+    """Source of `def _():` on line 1 failing on line body_line, at positions if it can.
+
+    Returns (source, exact): exact when the failing instruction spans the
+    given columns (UTF-8 byte offsets: the padding is spaces, one byte each).
+    """
+    prefix = "def _(): ("
+    line = end_line = col = end_col = None
+    if isinstance(positions, tuple) and len(positions) == 4:
+        line, end_line, col, end_col = positions
+    if (isinstance(col, int) and isinstance(end_col, int) and isinstance(end_line, int)
+            and isinstance(line, int) and col >= 0 and end_col >= 1 and end_line >= line):
+        rows = end_line - line
+        start = col if body_line > 1 else col - len(prefix)
+        if start >= 0 and (rows or end_col > col):
+            if rows:
+                expr = "Z(" + "\n" * rows + " " * (end_col - 1) + ")"
+            elif end_col - col >= 3:
+                expr = "Z(" + " " * (end_col - col - 3) + ")"
+            else:
+                expr = "Y" * (end_col - col)  # a name: NameError over exactly these columns
+            if body_line == 1:
+                return prefix + " " * start + expr + ")", True
+            return prefix + "\n" * (body_line - 1) + " " * col + expr + ")", True
+    if body_line == 1:
+        return prefix + "Z())", False
+    return prefix + "\n" * (body_line - 1) + "Z())", False
+
+
+def _enter(function: "Any") -> "Iterator[TracebackType | None]":
+    # A generator, so that the synthetic frame's f_back is this generator's
+    # frame, which has none once it is finished: the frame does not keep the
+    # caller's stack (and its locals) alive.
+    try:
+        function()
+    except Exception as exc:  # noqa: BLE001 - _Stop or NameError, by construction
+        tb = exc.__traceback__
+        yield tb.tb_next if tb is not None else None
+        return
+    yield None
+
+
+def _frame(entry: tuple[object, ...]) -> tuple["FrameType", int, int] | None:
+    """(frame, lasti, lineno) standing for one remote frame, or None if it cannot be made."""
+    key = entry
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    filename, lineno, name, qualname, firstlineno, positions = entry
+    if not (isinstance(filename, str) and isinstance(name, str) and isinstance(lineno, int)
+            and isinstance(firstlineno, int) and lineno > 0):
+        return None
+    if not isinstance(qualname, str):
+        qualname = name
+    if not 0 < firstlineno <= lineno:
+        firstlineno = lineno
+    source, exact = _source(lineno - firstlineno + 1, positions)
+    try:
+        module = compile(source, filename, "exec", dont_inherit=True)
+        code: CodeType = next(c for c in module.co_consts if isinstance(c, type(module)))
+        code = code.replace(co_name=name, co_qualname=qualname, co_firstlineno=firstlineno)
+        function = type(_stop)(code, _GLOBALS, name)
+        gen = _enter(function)
+        tb = next(gen)
+        gen.close()
+    except Exception:  # noqa: BLE001 - e.g. a name compile() refuses: leave the frame out
+        return None
+    if tb is None or tb.tb_frame.f_code is not code:
+        return None
+    made = (tb.tb_frame, tb.tb_lasti if exact else -1, lineno)
+    if len(_cache) >= _CACHE_SIZE:
+        del _cache[next(iter(_cache))]  # the oldest
+    _cache[key] = made
+    return made
+
+
+def _traceback(frames: object) -> "TracebackType | None":
+    from types import TracebackType
+
+    tb = None
+    if not isinstance(frames, tuple):
+        return None
+    for entry in reversed(frames):
+        made = _frame(entry) if isinstance(entry, tuple) and len(entry) == 6 else None
+        if made is not None:
+            frame, lasti, lineno = made
+            tb = TracebackType(tb, frame, lasti, lineno)
+    return tb
+
+
+def attach(exc: BaseException, detail: object, chain_on: BaseException, loads: "Any",
+           fallback: "Any") -> None:
+    """Give exc the remote frames of detail (see capture), and chain_on its remote chain.
+
+    chain_on is exc itself, or the ExecutionFailed that exc's ``__cause__``
+    already is (the text form): the remote cause or context then hang below
+    it. loads(bytes) rebuilds a chained exception; fallback(type_name,
+    message) makes one when that fails.
+    """
+    if not (isinstance(detail, tuple) and len(detail) == 4):
+        return
+    frames, cause, context, members = detail
+    tb = _traceback(frames)
+    if tb is not None:
+        exc.__traceback__ = tb
+    if cause is not None:
+        rebuilt = _rebuild(cause, loads, fallback)
+        if rebuilt is not None:
+            chain_on.__cause__ = rebuilt
+    elif context is not None:
+        rebuilt = _rebuild(context, loads, fallback)
+        if rebuilt is not None:
+            chain_on.__context__ = rebuilt
+    group = getattr(exc, "exceptions", None)
+    if (isinstance(members, tuple) and isinstance(exc, BaseExceptionGroup)
+            and isinstance(group, tuple) and len(group) == len(members)):
+        for member, member_detail in zip(group, members, strict=True):
+            if isinstance(member, BaseException) and member_detail is not None:
+                attach(member, member_detail, member, loads, fallback)
+
+
+def _rebuild(node: object, loads: "Any", fallback: "Any") -> BaseException | None:
+    if not (isinstance(node, tuple) and len(node) == 4):
+        return None
+    type_name, message, data, detail = node
+    exc = None
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            exc = loads(data)
+        except Exception:  # noqa: BLE001 - shown as an ExecutionFailed
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = fallback(type_name, message)
+    attach(exc, detail, exc, loads, fallback)
+    return exc
