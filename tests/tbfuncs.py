@@ -37,7 +37,7 @@ def nested_subscript() -> object:
 
 def raise_from() -> None:
     try:
-        outer()
+        outer()  # the cause starts here
     except KeyError as exc:
         raise ValueError("while looking up") from exc  # explicit cause
 
@@ -67,7 +67,7 @@ def raise_group() -> None:
 
 
 def raise_unrebuildable() -> None:
-    raise NeedsTwo(1, 2)  # cannot be rebuilt
+    raise NeedsTwo(1, 2)  # never rebuilt in the caller
 
 
 def long_chain(n: int) -> None:
