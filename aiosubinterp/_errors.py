@@ -210,6 +210,7 @@ def rebuild(info: tuple[Any, ...]) -> BaseException:
     frames = info[4] if len(info) > 4 else None
     summary = f"{type_name}: {message}" if message else type_name
     wrapper = ExecutionFailed(summary, type_name, tb_text)
+    result: BaseException
     if exc is None or not isinstance(exc, BaseException):
         result = wrapper
     elif isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration,

@@ -29,7 +29,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
     from types import CodeType, FrameType, TracebackType
     from typing import Any
 
@@ -184,7 +184,7 @@ def _source(body_line: int, positions: object) -> tuple[str, bool]:
     return prefix + "\n" * (body_line - 1) + "Z())", False
 
 
-def _enter(function: "Any") -> "Iterator[TracebackType | None]":
+def _enter(function: "Any") -> "Generator[TracebackType | None, None, None]":
     # A generator, so that the synthetic frame's f_back is this generator's
     # frame, which has none once it is finished: the frame does not keep the
     # caller's stack (and its locals) alive.
@@ -216,7 +216,7 @@ def _frame(entry: tuple[object, ...]) -> tuple["FrameType", int, int] | None:
         module = compile(source, filename, "exec", dont_inherit=True)
         code: CodeType = next(c for c in module.co_consts if isinstance(c, type(module)))
         code = code.replace(co_name=name, co_qualname=qualname, co_firstlineno=firstlineno)
-        function = type(_stop)(code, _GLOBALS, name)
+        function: Any = type(_stop)(code, _GLOBALS, name)  # type: ignore[misc]
         gen = _enter(function)
         tb = next(gen)
         gen.close()

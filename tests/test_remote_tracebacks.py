@@ -63,7 +63,7 @@ def at(name: str, text: str) -> tuple[str, int, str]:
 
 
 async def failure(pool, fn, *args) -> BaseException:
-    with pytest.raises(BaseException) as info:  # noqa: PT011 - each test checks the type
+    with pytest.raises(BaseException) as info:  # each test checks the type
         await pool.run(fn, *args)
     return info.value
 
