@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from types import CodeType, FrameType, TracebackType
     from typing import Any
 
-__all__ = ["MAX_EXCEPTIONS", "MAX_FRAMES", "attach", "capture"]
+__all__ = ["MAX_EXCEPTIONS", "MAX_FRAMES", "attach", "capture", "format_text"]
 
 MAX_FRAMES = 100  # per exception: the 30 outermost and the 70 innermost of a deeper one
 MAX_EXCEPTIONS = 16  # chained exceptions and group members carried, in all (cycles stop too)
@@ -57,28 +57,60 @@ def _ours(filename: str) -> bool:
 # -- where the exception was raised ---------------------------------------------------
 
 
+def _kept(filenames: "list[str]") -> list[bool]:
+    """Which frames to show: not ours, nor the asyncio frames before the task's first."""
+    kept = []
+    leading = True
+    for filename in filenames:
+        keep = not (_ours(filename) or (leading and filename.startswith(_ASYNCIO)))
+        leading = leading and not keep
+        kept.append(keep)
+    return kept
+
+
+def format_text(exc: BaseException) -> str:
+    """traceback.format_exception(exc), our own frames left out (in its chain too)."""
+    import traceback
+
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    todo = [te]
+    seen: set[int] = set()
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        stack = list(item.stack)
+        item.stack = traceback.StackSummary.from_list(
+            [fs for fs, keep in zip(stack, _kept([fs.filename for fs in stack]), strict=True)
+             if keep])
+        todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
+        todo.extend(item.exceptions or ())
+    return "".join(te.format())
+
+
 def _frames(tb: "TracebackType | None") -> tuple[tuple[object, ...], ...]:
     """(filename, lineno, name, qualname, firstlineno, positions) per frame, outermost first."""
-    out: list[tuple[object, ...]] = []
-    leading = True
+    tbs = []
     while tb is not None:
-        code = tb.tb_frame.f_code
-        filename = code.co_filename
-        if not (_ours(filename) or (leading and filename.startswith(_ASYNCIO))):
-            leading = False
-            positions = None
-            if tb.tb_lasti >= 0:
-                try:
-                    for i, pos in enumerate(code.co_positions()):
-                        if i == tb.tb_lasti // 2:
-                            positions = pos
-                            break
-                except Exception:  # noqa: BLE001 - a code object without positions
-                    positions = None
-            out.append((filename, tb.tb_lineno, code.co_name,
-                        getattr(code, "co_qualname", code.co_name), code.co_firstlineno,
-                        positions))
+        tbs.append(tb)
         tb = tb.tb_next
+    out: list[tuple[object, ...]] = []
+    for tb, keep in zip(tbs, _kept([t.tb_frame.f_code.co_filename for t in tbs]), strict=True):
+        if not keep:
+            continue
+        code = tb.tb_frame.f_code
+        positions = None
+        if tb.tb_lasti >= 0:
+            try:
+                for i, pos in enumerate(code.co_positions()):
+                    if i == tb.tb_lasti // 2:
+                        positions = pos
+                        break
+            except Exception:  # noqa: BLE001 - a code object without positions
+                positions = None
+        out.append((code.co_filename, tb.tb_lineno, code.co_name,
+                    getattr(code, "co_qualname", code.co_name), code.co_firstlineno, positions))
     if len(out) > MAX_FRAMES:
         out[30:len(out) - (MAX_FRAMES - 30)] = []
     return tuple(out)

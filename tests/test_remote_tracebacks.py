@@ -84,7 +84,9 @@ async def test_worker_frames_follow_the_callers(backend):
                 or fs.filename.endswith((".pxi", ".pyx"))]
     # The text form stays the cause, as before.
     assert isinstance(exc.__cause__, asi.ExecutionFailed)
-    assert "inner lookup fails" in exc.__cause__.remote_traceback
+    text = exc.__cause__.remote_traceback
+    assert "inner lookup fails" in text
+    assert text.startswith("Traceback (most recent call last):\n  File \"" + tbfuncs.__file__)
 
 
 async def test_columns_are_the_workers(backend):

@@ -94,13 +94,16 @@ def describe_exception(exc: BaseException) -> tuple[object, ...]:
     tb_text = ""
     frames = None
     if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
-        try:
-            tb_text = "".join(traceback.format_exception(exc))
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            from aiosubinterp import _tracebacks
+        from aiosubinterp import _tracebacks
 
+        try:
+            tb_text = _tracebacks.format_text(exc)  # without our own frames
+        except Exception:  # noqa: BLE001
+            try:
+                tb_text = "".join(traceback.format_exception(exc))
+            except Exception:  # noqa: BLE001
+                pass
+        try:
             frames = _tracebacks.capture(exc, _names, _rebuildable)
         except Exception:  # noqa: BLE001 - the text form still says where
             frames = None
