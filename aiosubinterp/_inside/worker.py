@@ -235,8 +235,9 @@ class Runner:
             # here, whatever the concurrency (a session needs a job).
             self.run(JOB_CALL, initializer, session=False)
         if self._logs is not None:
-            # After the initializer: logging it configured is kept (no handler of ours).
+            # After the initializer: logging (or warnings) it configured is kept.
             self._logs.maybe_install()
+            self._logs.install_warnings()
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
         """Called by C before a job when main's settings changed: (sys.path,).
