@@ -17,6 +17,10 @@ often it is shown (``default``: once per location), and main's
 main's filters turn into an error cannot be raised in the task that warned
 (it went on): it goes to ``sys.unraisablehook``.
 
+Output from workers (while main's sys.stdout/sys.stderr are replaced, see
+aiosubinterp._inside.logs) is written to main's stream of that name, as it
+is when the text is handled.
+
 Closing: once the pool's workers are gone (every record they sent is in the
 channel), stop() sends an end marker behind those records and waits until
 the thread has handled everything before it, so ``aclose()`` returns after
@@ -32,7 +36,7 @@ import warnings
 from typing import Any
 
 from aiosubinterp._channels.ends import open_channel
-from aiosubinterp._inside.logs import RECORD_FIELDS, WARNING
+from aiosubinterp._inside.logs import OUTPUT, RECORD_FIELDS, WARNING
 
 __all__ = ["DEFAULT_BUFFER", "LogConsumer", "level_snapshot"]
 
@@ -115,6 +119,9 @@ class LogConsumer:
                 }))
 
     def _handle(self, item: tuple[Any, ...]) -> None:
+        if item[0] == OUTPUT:  # to main's stream of that name, as it is now
+            getattr(sys, item[2]).write(item[3])
+            return
         if item[0] == WARNING:
             self._warn(item)
             return

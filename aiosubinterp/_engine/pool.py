@@ -126,6 +126,7 @@ class _Engine(_lifecycle.Lifecycle):
         # forward_logging: made with the first worker's setup, stopped once every worker is gone.
         self._forward_logging = forward_logging
         self._log_consumer: _logs.LogConsumer | None = None
+        self._output = 0  # the output bits the workers were last given (see _submit)
 
     # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
 
@@ -146,6 +147,14 @@ class _Engine(_lifecycle.Lifecycle):
                     return (*super()._setup(), None)
             logs = self._log_consumer.worker_setup()
         return (*super()._setup(), logs)
+
+    def _publish_settings(self, output: int) -> None:
+        """What every worker applies before its next job: (sys.path, output bits)."""
+        path = list(sys.path)
+        self._queue.set_settings((tuple(path), output))  # raises for an entry that cannot cross
+        if self._path is not None:
+            self._path = path
+        self._output = output
 
     def _stop_logs(self) -> None:
         """Every worker is gone: handle the records they sent, then stop the consumer."""
@@ -284,10 +293,12 @@ class _Engine(_lifecycle.Lifecycle):
         loop = _loop.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
         hub = _loop.hub_for(loop)
-        if self._path is not None and sys.path != self._path:
-            path = list(sys.path)
-            self._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
-            self._path = path
+        # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
+        # workers send what they write there (bit 1 stdout, bit 2 stderr).
+        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
+                  if self._forward_logging else 0)
+        if output != self._output or (self._path is not None and sys.path != self._path):
+            self._publish_settings(output)
         tid = _lifecycle.next_task_id()
         try:
             self._queue.submit(tid, kind, payload, hub.core)

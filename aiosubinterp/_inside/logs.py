@@ -17,6 +17,13 @@ category name, filename, lineno, module) once per distinct warning, and
 main passes it to ``warnings.warn_explicit``, so main's filters, its
 once-per-location registry and its ``showwarning`` decide (see
 aiosubinterp._engine.logs).
+
+Output too, while main's ``sys.stdout``/``sys.stderr`` are not the process's
+own (main says so in the worker settings, checked at each submit): this
+worker's ``sys.stdout``/``sys.stderr`` are then _Output streams that send
+("output", interpreter id, "stdout" or "stderr", text) line by line, and
+main writes the text to its stream of that name. Otherwise they are the
+worker's own streams (straight to the fds), as without forwarding.
 """
 
 from aiosubinterp import _core
@@ -25,7 +32,7 @@ TYPE_CHECKING = False  # no typing import at run time: this module loads in ever
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RECORD_FIELDS", "WARNING", "Forwarder"]
+__all__ = ["OUTPUT", "RECORD_FIELDS", "WARNING", "Forwarder"]
 
 # What a forwarded record carries, in order (then: extras, dropped count).
 RECORD_FIELDS = (
@@ -35,6 +42,7 @@ RECORD_FIELDS = (
 )
 _NATIVE = (str, int, float, bool, type(None))
 WARNING = "warning"  # first item of a forwarded warning (a record's is its logger name)
+OUTPUT = "output"  # first item of forwarded output
 _MAX_SEEN = 10_000  # distinct warnings remembered per worker (then forgotten, all at once)
 
 
@@ -61,6 +69,8 @@ class Forwarder:
         self._seen: set[tuple[object, ...]] = set()
         self._warnings_dropped = 0
         self._showwarning: Any = None
+        self._output = 0  # bit 1: stdout forwarded, bit 2: stderr
+        self._streams: dict[str, _Output] = {}
         self.pending = True  # not installed yet (logging not imported, or not decided)
 
     def install_warnings(self) -> None:
@@ -82,6 +92,28 @@ class Forwarder:
         # of the task that filters (or catches) warnings itself still does.
         warnings.simplefilter("always")
         self._showwarning = warnings.showwarning = self._forward_warning
+
+    def set_output(self, bits: int) -> None:
+        """Forward this worker's stdout (bit 1) and stderr (bit 2) to main's, or stop.
+
+        A stream the task's code replaced itself (its own redirect) is left alone.
+        """
+        if bits == self._output:
+            return
+        self._output = bits
+        import sys
+
+        for bit, name in ((1, "stdout"), (2, "stderr")):
+            current = getattr(sys, name)
+            mine = self._streams.get(name)
+            if bits & bit:
+                if current is getattr(sys, f"__{name}__"):
+                    if mine is None:
+                        mine = self._streams[name] = _Output(self._send, name, current)
+                    setattr(sys, name, mine)
+            elif mine is not None and current is mine:
+                mine.flush()
+                setattr(sys, name, mine.original)
 
     def _forward_warning(self, message: "Any", category: "Any", filename: str, lineno: int,
                          file: "Any" = None, line: "Any" = None) -> None:
@@ -139,6 +171,7 @@ class Forwarder:
 
     def shutdown(self) -> None:
         """The worker stops: report drops not reported yet; close this worker's end."""
+        self.set_output(0)  # the partial lines left, then the worker's own streams again
         handler, self._handler = self._handler, None
         dropped = self._warnings_dropped
         if handler is not None:
@@ -156,6 +189,64 @@ class Forwarder:
             # Best effort: a full channel here means main is not draining.
             self._send._send_nowait(("dropped", _core.current_interpreter_id(), dropped))
         self._send.close()
+
+
+class _Output:
+    """A worker's sys.stdout or sys.stderr while main's is redirected: sends whole lines.
+
+    Line-buffered, like a terminal: text is sent at each newline and at
+    flush(). A full channel makes the writer wait (output is not dropped);
+    a closed one (the pool is closing) sends to the worker's own stream.
+    Other attributes (buffer, fileno, encoding) are the worker's own
+    stream's: bytes written there go straight to the fd.
+
+    Thread-safety: as a worker's own text stream, without its lock: lines
+    written by several threads at once may interleave.
+    """
+
+    def __init__(self, send: "Any", name: str, original: "Any") -> None:
+        self._send = send
+        self._name = name
+        self.original = original
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        if type(text) is not str:
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if "\n" not in text:
+            self._pending += text
+            return len(text)
+        cut = text.rindex("\n") + 1
+        line, self._pending = self._pending + text[:cut], text[cut:]
+        self._forward(line)
+        return len(text)
+
+    def writelines(self, lines: "Any") -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self._forward(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> "Any":
+        return getattr(self.original, name)
+
+    def _forward(self, text: str) -> None:
+        item = (OUTPUT, _core.current_interpreter_id(), self._name, text)
+        status = self._send._send_nowait(item)
+        while status == _core.CHAN_WOULDBLOCK or status == _core.CHAN_INTERRUPTED:
+            # Main is behind: wait (an injected cancellation fires between tries).
+            status = self._send._send_wait(item, -1.0)
+        if status != _core.CHAN_DONE:
+            self.original.write(text)
 
 
 _class: "Any" = None

@@ -240,14 +240,19 @@ class Runner:
             self._logs.install_warnings()
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
-        """Called by C before a job when main's settings changed: (sys.path,).
+        """Called by C before a job when main's settings changed: (sys.path[, output]).
 
-        Raising fails that job; the next job tries again.
+        output: bit 1 (stdout) and 2 (stderr) set when main's stream is not
+        the process's own, so what this worker writes goes to main's (through
+        the log channel; _inside.logs.Forwarder.set_output). Raising fails
+        that job; the next job tries again.
         """
-        (path,) = settings
+        path = settings[0]
         # No importlib.invalidate_caches(): new entries have no cached finder
         # yet, and on 3.13 it imports importlib.metadata (~40 ms, 88 modules).
-        sys.path[:] = path
+        sys.path[:] = path  # type: ignore[index]
+        if len(settings) > 1 and self._logs is not None:
+            self._logs.set_output(settings[1])  # type: ignore[arg-type]
 
     def main_module(self):
         """The user's script, imported under another name (as multiprocessing's spawn does)."""
