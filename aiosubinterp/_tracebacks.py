@@ -13,7 +13,8 @@ each remote frame a tiny function is compiled whose code object carries the
 remote ``co_filename``, ``co_name``, ``co_qualname`` and ``co_firstlineno``
 and which fails at the remote line (and, from 3.11's positions, at the same
 columns, so the carets under the source line are the worker's). Running it
-once gives a finished frame; those frames are cached (a finished frame is
+once, on a short thread of its own (so that the frame's f_back is not the
+caller's stack), gives a finished frame; those frames are cached (a finished frame is
 never run again, and holds no locals) and linked with
 ``types.TracebackType(tb_next, tb_frame, tb_lasti, tb_lineno)``.
 
@@ -29,7 +30,6 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Generator
     from types import CodeType, FrameType, TracebackType
     from typing import Any
 
@@ -216,25 +216,48 @@ def _source(body_line: int, positions: object) -> tuple[str, bool]:
     return prefix + "\n" * (body_line - 1) + "Z())", False
 
 
-def _enter(function: "Any") -> "Generator[TracebackType | None, None, None]":
-    # A generator, so that the synthetic frame's f_back is this generator's
-    # frame, which has none once it is finished: the frame does not keep the
-    # caller's stack (and its locals) alive.
+def _run_all(todo: list[object], done: "Any") -> None:
+    """Run each synthetic function of todo, putting its (frame, lasti) in its place (or None).
+
+    The first frame of a thread of its own (_run): the synthetic frames'
+    f_back is this frame, which has no f_back and, once it returns, no
+    locals but ``release``. Run on the caller's thread, they would keep the
+    caller's whole stack (and its locals) alive for as long as they are cached.
+    """
+    release = done.release
     try:
-        function()
-    except Exception as exc:  # noqa: BLE001 - _Stop or NameError, by construction
-        tb = exc.__traceback__
-        yield tb.tb_next if tb is not None else None
-        return
-    yield None
+        for i, function in enumerate(todo):
+            todo[i] = None
+            try:
+                function()  # type: ignore[operator]
+            except Exception as exc:  # noqa: BLE001 - _Stop or NameError, by construction
+                tb = exc.__traceback__
+                if tb is not None and tb.tb_next is not None:
+                    todo[i] = (tb.tb_next.tb_frame, tb.tb_next.tb_lasti)
+                del exc, tb
+        del i, function
+    finally:
+        del todo, done
+        release()
 
 
-def _frame(entry: tuple[object, ...]) -> tuple["FrameType", int, int] | None:
-    """(frame, lasti, lineno) standing for one remote frame, or None if it cannot be made."""
-    key = entry
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
+def _run(functions: list[object]) -> list[object]:
+    """_run_all(functions) on a new thread, waited for; the list it filled."""
+    import _thread
+
+    done = _thread.allocate_lock()
+    done.acquire()
+    todo = list(functions)
+    try:
+        _thread.start_new_thread(_run_all, (todo, done))
+    except RuntimeError:  # no new thread (interpreter shutdown): no frames
+        return [None] * len(functions)
+    done.acquire()
+    return todo
+
+
+def _function(entry: tuple[object, ...]) -> tuple["Any", bool] | None:
+    """(synthetic function, exact columns) standing for one remote frame, or None."""
     filename, lineno, name, qualname, firstlineno, positions = entry
     if not (isinstance(filename, str) and isinstance(name, str) and isinstance(lineno, int)
             and isinstance(firstlineno, int) and lineno > 0):
@@ -248,29 +271,49 @@ def _frame(entry: tuple[object, ...]) -> tuple["FrameType", int, int] | None:
         module = compile(source, filename, "exec", dont_inherit=True)
         code: CodeType = next(c for c in module.co_consts if isinstance(c, type(module)))
         code = code.replace(co_name=name, co_qualname=qualname, co_firstlineno=firstlineno)
-        function: Any = type(_stop)(code, _GLOBALS, name)  # type: ignore[misc]
-        gen = _enter(function)
-        tb = next(gen)
-        gen.close()
+        return type(_stop)(code, _GLOBALS, name), exact  # type: ignore[misc]
     except Exception:  # noqa: BLE001 - e.g. a name compile() refuses: leave the frame out
         return None
-    if tb is None or tb.tb_frame.f_code is not code:
-        return None
-    made = (tb.tb_frame, tb.tb_lasti if exact else -1, lineno)
-    if len(_cache) >= _CACHE_SIZE:
-        del _cache[next(iter(_cache))]  # the oldest
-    _cache[key] = made
-    return made
+
+
+def _frames_for(entries: list[tuple[object, ...]]) -> list[tuple["FrameType", int, int] | None]:
+    """(frame, lasti, lineno) per entry (None where it cannot be made), cached."""
+    out = [_cache.get(entry) for entry in entries]
+    missing = [i for i, made in enumerate(out) if made is None]
+    if not missing:
+        return out
+    made_functions = [(i, _function(entries[i])) for i in missing]
+    todo = [(i, f) for i, f in made_functions if f is not None]
+    results = _run([f[0] for _, f in todo]) if todo else []
+    for (i, (function, exact)), result in zip(todo, results, strict=True):
+        if not isinstance(result, tuple):
+            continue
+        frame, lasti = result
+        lineno = entries[i][1]
+        if frame.f_code is not function.__code__ or not isinstance(lineno, int):
+            continue
+        made = (frame, lasti if exact else -1, lineno)
+        if len(_cache) >= _CACHE_SIZE:
+            del _cache[next(iter(_cache))]  # the oldest
+        _cache[entries[i]] = made
+        out[i] = made
+    return out
+
+
+def _frame(entry: tuple[object, ...]) -> tuple["FrameType", int, int] | None:
+    """(frame, lasti, lineno) standing for one remote frame, or None if it cannot be made."""
+    return _frames_for([entry])[0]
 
 
 def _traceback(frames: object) -> "TracebackType | None":
     from types import TracebackType
 
-    tb = None
     if not isinstance(frames, tuple):
         return None
-    for entry in reversed(frames):
-        made = _frame(entry) if isinstance(entry, tuple) and len(entry) == 6 else None
+    entries: list[tuple[object, ...]] = [e for e in frames
+                                         if isinstance(e, tuple) and len(e) == 6]
+    tb = None
+    for made in reversed(_frames_for(entries)):
         if made is not None:
             frame, lasti, lineno = made
             tb = TracebackType(tb, frame, lasti, lineno)

@@ -246,6 +246,22 @@ async def test_success_path_does_not_load_it():
 # -- the synthetic frames themselves --------------------------------------------------
 
 
+def test_synthetic_frames_do_not_keep_the_callers_stack():
+    # A cached frame outlives the exception it was made for: its f_back must
+    # not be the stack (and locals) of the code that rebuilt that exception.
+    made = _tracebacks._frame(("/no/such/file.py", 30, "fn", "fn", 20, None))
+    assert made is not None
+    chain = []
+    frame = made[0].f_back
+    while frame is not None:
+        chain.append(frame)
+        frame = frame.f_back
+    assert [f.f_code.co_name for f in chain] == ["_run_all"]  # the helper thread's only frame
+    assert set(chain[0].f_locals) <= {"release"}
+
+
+
+
 @pytest.mark.parametrize(("first", "positions"), [
     (10, (14, 14, 4, 20)),   # a span in a line
     (10, (14, 14, 8, 9)),    # one column: a name
