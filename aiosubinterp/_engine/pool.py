@@ -123,10 +123,10 @@ class _Engine(_lifecycle.Lifecycle):
         self._pending_adds = 0
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
         self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
+        self._output = 0  # the output bits the workers were last given (see _submit)
         # forward_logging: made with the first worker's setup, stopped once every worker is gone.
         self._forward_logging = forward_logging
         self._log_consumer: _logs.LogConsumer | None = None
-        self._output = 0  # the output bits the workers were last given (see _submit)
 
     # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
 
@@ -147,14 +147,6 @@ class _Engine(_lifecycle.Lifecycle):
                     return (*super()._setup(), None)
             logs = self._log_consumer.worker_setup()
         return (*super()._setup(), logs)
-
-    def _publish_settings(self, output: int) -> None:
-        """What every worker applies before its next job: (sys.path, output bits)."""
-        path = list(sys.path)
-        self._queue.set_settings((tuple(path), output))  # raises for an entry that cannot cross
-        if self._path is not None:
-            self._path = path
-        self._output = output
 
     def _stop_logs(self) -> None:
         """Every worker is gone: handle the records they sent, then stop the consumer."""
@@ -287,6 +279,14 @@ class _Engine(_lifecycle.Lifecycle):
                 self._queue.completed())
 
     # -- submitting --------------------------------------------------------------
+
+    def _publish_settings(self, output: int) -> None:
+        """What every worker applies before its next job: (sys.path, output bits)."""
+        path = list(sys.path)
+        self._queue.set_settings((tuple(path), output))  # raises for an entry that cannot cross
+        if self._path is not None:
+            self._path = path
+        self._output = output
 
     def _submit(self, kind: int, payload: object, name: str, fn: object = None,
                 args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Task:
