@@ -171,7 +171,9 @@ class Forwarder:
 
     def shutdown(self) -> None:
         """The worker stops: report drops not reported yet; close this worker's end."""
-        self.set_output(0)  # the partial lines left, then the worker's own streams again
+        for stream in self._streams.values():
+            stream.last_flush()
+        self.set_output(0)  # the worker's own streams again
         handler, self._handler = self._handler, None
         dropped = self._warnings_dropped
         if handler is not None:
@@ -195,8 +197,9 @@ class _Output:
     """A worker's sys.stdout or sys.stderr while main's is redirected: sends whole lines.
 
     Line-buffered, like a terminal: text is sent at each newline and at
-    flush(). A full channel makes the writer wait (output is not dropped);
-    a closed one (the pool is closing) sends to the worker's own stream.
+    flush(). A full channel makes the writer wait (output is not dropped),
+    except at the worker's shutdown, when main may be exiting (then, as for a
+    closed channel, the text goes to the worker's own stream).
     Other attributes (buffer, fileno, encoding) are the worker's own
     stream's: bytes written there go straight to the fd.
 
@@ -239,14 +242,23 @@ class _Output:
     def __getattr__(self, name: str) -> "Any":
         return getattr(self.original, name)
 
-    def _forward(self, text: str) -> None:
+    def _forward(self, text: str, wait: bool = True) -> None:
         item = (OUTPUT, _core.current_interpreter_id(), self._name, text)
-        status = self._send._send_nowait(item)
-        while status == _core.CHAN_WOULDBLOCK or status == _core.CHAN_INTERRUPTED:
-            # Main is behind: wait (an injected cancellation fires between tries).
-            status = self._send._send_wait(item, -1.0)
+        try:
+            status = self._send._send_nowait(item)
+            while wait and status in (_core.CHAN_WOULDBLOCK, _core.CHAN_INTERRUPTED):
+                # Main is behind: wait (an injected cancellation fires between tries).
+                status = self._send._send_wait(item, -1.0)
+        except Exception:  # noqa: BLE001 - the channel is closed: the pool is gone
+            status = _core.CHAN_CLOSED
         if status != _core.CHAN_DONE:
             self.original.write(text)
+
+    def last_flush(self) -> None:
+        """The worker stops: send the partial line without waiting (main may be exiting)."""
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self._forward(text, wait=False)
 
 
 _class: "Any" = None
