@@ -14,6 +14,7 @@ import io
 import logging
 import sys
 
+import childproc
 import outfuncs
 import pytest
 
@@ -118,3 +119,33 @@ def test_executor_forwards():
         with asi.InterpreterPoolExecutor(1) as executor:
             executor.submit(outfuncs.say, "executor").result()
     assert buf.getvalue() == "executor 0\n"
+
+
+def test_exit_with_an_unclosed_forwarding_pool(tmp_path):
+    # The worker ends in the exit sweep with a partial line still buffered
+    # and main's stdout redirected: the process exits, nothing hangs.
+    proc = childproc.run_child(tmp_path, """
+        import asyncio
+        import io
+        import sys
+        import warnings
+
+        import outfuncs
+
+        import aiosubinterp as asi
+
+        warnings.simplefilter("ignore", ResourceWarning)  # the unclosed pool, on purpose
+        buf = io.StringIO()
+
+        async def main():
+            pool = asi.InterpreterPool(1)
+            sys.stdout = buf
+            await pool.run(outfuncs.say, "whole")
+            await pool.run(outfuncs.partial, "partial", False)
+            return pool
+
+        pool = asyncio.run(main())
+        sys.__stdout__.write("main done\\n")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "main done" in proc.stdout
