@@ -203,26 +203,47 @@ def refusal_from(exc: BaseException) -> ModuleRefusedError | None:
 def rebuild(info: tuple[Any, ...]) -> BaseException:
     """Turn a remote exception description into the exception the awaiter should see.
 
-    info is (type_name, message, traceback_text, exception_or_None): the last
-    item was pickled in the worker and unpickled here, or is None when that
-    was impossible.
+    info is (type_name, message, traceback_text, exception_or_None[, frames]):
+    the fourth item was pickled in the worker and unpickled here, or is None
+    when that was impossible; frames (aiosubinterp._tracebacks.capture) become
+    the exception's ``__traceback__``, and the remote cause or context, with
+    their own frames, hang below the ExecutionFailed that carries the text.
     """
-    type_name, message, tb_text, exc = info
+    type_name, message, tb_text, exc = info[:4]
+    frames = info[4] if len(info) > 4 else None
     summary = f"{type_name}: {message}" if message else type_name
     wrapper = ExecutionFailed(summary, type_name, tb_text)
+    result: BaseException
     if exc is None or not isinstance(exc, BaseException):
-        return wrapper
-    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration,
-                        StopAsyncIteration)):
+        result = wrapper
+    elif isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration,
+                          StopAsyncIteration)):
         # These steer control flow (asyncio lets the first two escape its
         # loop): delivered as a plain failure, never re-raised as themselves.
         wrapper.args = (f"the task raised {type_name}({message}) in its interpreter",)
-        return wrapper
-    tp = type(exc)
-    wrapper._remote_type = (tp.__module__, tp.__qualname__)  # exact, for excinfo
-    if tb_text:
-        exc.__cause__ = wrapper
-    return exc
+        result = wrapper
+    else:
+        tp = type(exc)
+        wrapper._remote_type = (tp.__module__, tp.__qualname__)  # exact, for excinfo
+        if tb_text:
+            exc.__cause__ = wrapper
+        result = exc
+    if frames is not None:
+        try:
+            from aiosubinterp import _tracebacks
+            from aiosubinterp._inside import marshal
+
+            chain_on = wrapper if result is not wrapper and tb_text else result
+            _tracebacks.attach(result, frames, chain_on, marshal.loads, _chained_failure)
+        except Exception:  # noqa: BLE001 - the text form (the cause) still says where
+            pass
+    return result
+
+
+def _chained_failure(type_name: object, message: object) -> ExecutionFailed:
+    """A remote cause or context that cannot be rebuilt here."""
+    summary = f"{type_name}: {message}" if message else str(type_name)
+    return ExecutionFailed(summary, str(type_name))
 
 
 class EndOfChannel(Exception):

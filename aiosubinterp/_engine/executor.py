@@ -495,10 +495,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         if self._shutdown or _global_shutdown or engine._broken is not None:
             self._check()
         owner = self._completions or self._start()
-        if engine._path is not None and sys.path != engine._path:
-            path = list(sys.path)
-            engine._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
-            engine._path = path
+        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
+                  if engine._forward_logging else 0)  # as in _Engine._submit
+        if output != engine._output or (engine._path is not None and sys.path != engine._path):
+            engine._publish_settings(output)
         tid = _lifecycle.next_task_id()
         # Fewer calls in flight than interpreters: one of them (idle, or
         # still starting) takes this call next; the queue is FIFO and the

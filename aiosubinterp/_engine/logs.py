@@ -8,6 +8,19 @@ it to ``logging.getLogger(name).handle()``. A thread, not a task on a loop:
 it works the same under asyncio, uvloop and the InterpreterPoolExecutor
 (which has no loop), and a pool used from several loops has one consumer.
 
+Warnings from workers come through the same channel (in order with the
+records): each is passed to ``warnings.warn_explicit`` on that thread, with
+a registry per module kept here, so main's filters decide whether and how
+often it is shown (``default``: once per location), and main's
+``warnings.showwarning`` shows it (``logging.captureWarnings``,
+``catch_warnings(record=True)`` and ``pytest.warns`` see it). A warning that
+main's filters turn into an error cannot be raised in the task that warned
+(it went on): it goes to ``sys.unraisablehook``.
+
+Output from workers (while main's sys.stdout/sys.stderr are replaced, see
+aiosubinterp._inside.logs) is written to main's stream of that name, as it
+is when the text is handled.
+
 Closing: once the pool's workers are gone (every record they sent is in the
 channel), stop() sends an end marker behind those records and waits until
 the thread has handled everything before it, so ``aclose()`` returns after
@@ -17,11 +30,13 @@ the last record was handled.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import warnings
 from typing import Any
 
 from aiosubinterp._channels.ends import open_channel
-from aiosubinterp._inside.logs import RECORD_FIELDS
+from aiosubinterp._inside.logs import OUTPUT, RECORD_FIELDS, WARNING
 
 __all__ = ["DEFAULT_BUFFER", "LogConsumer", "level_snapshot"]
 
@@ -54,6 +69,7 @@ class LogConsumer:
         self._send, self._recv = open_channel(maxsize)
         self._lock = threading.Lock()
         self._stopped = False
+        self._registries: dict[str, dict[Any, Any]] = {}  # warnings shown, per module
         self._thread = threading.Thread(target=self._run, name="aiosubinterp-logs", daemon=True)
         try:
             self._thread.start()
@@ -69,7 +85,7 @@ class LogConsumer:
                 return None
             send = self._send.clone()
         root, levels, disable = level_snapshot()
-        return (send, root, levels, disable)
+        return (send, root, levels, disable, True)
 
     def stop(self) -> None:
         """After the workers are gone: handle what they sent, then end the thread. Idempotent."""
@@ -103,6 +119,12 @@ class LogConsumer:
                 }))
 
     def _handle(self, item: tuple[Any, ...]) -> None:
+        if item[0] == OUTPUT:  # to main's stream of that name, as it is now
+            getattr(sys, item[2]).write(item[3])
+            return
+        if item[0] == WARNING:
+            self._warn(item)
+            return
         if item[0] == "dropped":  # a worker stopped with drops not reported yet
             _, interp_id, dropped = item
             self._report_dropped(interp_id, dropped)
@@ -119,8 +141,51 @@ class LogConsumer:
         fields["relativeCreated"] = (fields["created"] - logging._startTime) * 1000  # type: ignore[attr-defined]
         logger.handle(logging.makeLogRecord(fields))
 
+    def _warn(self, item: tuple[Any, ...]) -> None:
+        _, interp_id, text, category_name, filename, lineno, module = item
+        category = _category(category_name)
+        if category is None:  # not a Warning class here (not imported in main)
+            category = UserWarning
+            text = f"{category_name}: {text}"
+        key = module or filename
+        registry = self._registries.get(key)
+        if registry is None:
+            registry = self._registries[key] = {}
+        try:
+            warnings.warn_explicit(text, category, filename, lineno, module=module,
+                                   registry=registry)
+        except Warning as exc:  # main's filters say "error"
+            sys.unraisablehook(_Unraisable(exc, interp_id))  # type: ignore[arg-type]
+
     def _report_dropped(self, interp_id: int, dropped: int) -> None:
         _log.warning(
             "interpreter %d dropped %d log records: they came faster than the main "
             "interpreter handled them (at most %d wait). Log less, or at a level the "
             "main interpreter drops", interp_id, dropped, self._maxsize)
+
+
+def _category(name: str) -> type[Warning] | None:
+    """The Warning subclass called name ("module.qualname") in main, if main has it."""
+    module, _, qualname = name.rpartition(".")
+    found: Any = sys.modules.get(module)
+    while found is None and "." in module:  # a nested class: "pkg.mod.Outer.Inner"
+        module, _, outer = module.rpartition(".")
+        qualname = f"{outer}.{qualname}"
+        found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, Warning):
+        return found
+    return None
+
+
+class _Unraisable:
+    """What sys.unraisablehook gets for a worker's warning that main's filters make an error."""
+
+    def __init__(self, exc: Warning, interp_id: int) -> None:
+        self.exc_type = type(exc)
+        self.exc_value = exc
+        self.exc_traceback = None
+        self.err_msg = (f"aiosubinterp: a warning from interpreter {interp_id}, which "
+                        "the main interpreter's warnings filters turn into an error")
+        self.object = None

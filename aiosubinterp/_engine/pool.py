@@ -125,6 +125,7 @@ class _Engine(_lifecycle.Lifecycle):
         self._pending_adds = 0
         # Interpreter only: task id -> Task, so `interp.task` can name what runs.
         self._tasks: weakref.WeakValueDictionary[int, Task] | None = None
+        self._output = 0  # the output bits the workers were last given (see _submit)
         # forward_logging: made with the first worker's setup, stopped once every worker is gone.
         self._forward_logging = forward_logging
         self._log_consumer: _logs.LogConsumer | None = None
@@ -298,15 +299,25 @@ class _Engine(_lifecycle.Lifecycle):
 
     # -- submitting --------------------------------------------------------------
 
+    def _publish_settings(self, output: int) -> None:
+        """What every worker applies before its next job: (sys.path, output bits)."""
+        path = list(sys.path)
+        self._queue.set_settings((tuple(path), output))  # raises for an entry that cannot cross
+        if self._path is not None:
+            self._path = path
+        self._output = output
+
     def _submit(self, kind: int, payload: object, name: str, fn: object = None,
                 args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Task:
         loop = _loop.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
         hub = _loop.hub_for(loop)
-        if self._path is not None and sys.path != self._path:
-            path = list(sys.path)
-            self._queue.set_settings((tuple(path),))  # raises for an entry that cannot cross
-            self._path = path
+        # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
+        # workers send what they write there (bit 1 stdout, bit 2 stderr).
+        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
+                  if self._forward_logging else 0)
+        if output != self._output or (self._path is not None and sys.path != self._path):
+            self._publish_settings(output)
         tid = _lifecycle.next_task_id()
         try:
             self._queue.submit(tid, kind, payload, hub.core)

@@ -55,34 +55,64 @@ JOB_CALL = 1
 JOB_EXEC = 2
 
 
+def _type_name(exc: BaseException) -> str:
+    tp = type(exc)
+    if tp.__module__ == _marshal.MAIN_ALIAS:
+        return f"__main__.{tp.__qualname__}"
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _names(exc: BaseException) -> tuple[str, str]:
+    """(type_name, message) of exc, whatever its __str__ does."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001
+        message = f"<unprintable {type(exc).__qualname__}>"
+    return _type_name(exc), message
+
+
+def _rebuildable(exc: BaseException) -> bytes:
+    """exc pickled, if it unpickles again (raises otherwise)."""
+    data = _marshal.dumps(exc)
+    _marshal.loads(data)
+    return data
+
+
 def describe_exception(exc: BaseException) -> tuple[object, ...]:
-    """(type_name, message, traceback_text, exception_or_None), ready to cross back."""
+    """(type_name, message, traceback_text, exception_or_None, frames), ready to cross back.
+
+    frames is _tracebacks.capture's plain data (the frames of exc and of its
+    chain) or None; _errors.rebuild also takes the first four alone.
+    """
     import traceback
 
     refused = refusal_from(exc)
     if refused is not None:
         refused.__cause__ = exc
         exc = refused
-    tp = type(exc)
-    type_name = f"{tp.__module__}.{tp.__qualname__}"
-    if tp.__module__ == _marshal.MAIN_ALIAS:
-        type_name = f"__main__.{tp.__qualname__}"
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001
-        message = f"<unprintable {tp.__qualname__}>"
+    type_name, message = _names(exc)
     tb_text = ""
+    frames = None
     if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
+        from aiosubinterp import _tracebacks
+
         try:
-            tb_text = "".join(traceback.format_exception(exc))
+            tb_text = _tracebacks.format_text(exc)  # without our own frames
         except Exception:  # noqa: BLE001
-            pass
+            try:
+                tb_text = "".join(traceback.format_exception(exc))
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            frames = _tracebacks.capture(exc, _names, _rebuildable)
+        except Exception:  # noqa: BLE001 - the text form still says where
+            frames = None
     try:
-        _marshal.loads(_marshal.dumps(exc))  # only send what can be rebuilt
+        _rebuildable(exc)  # only send what can be rebuilt
         carried: object = _PickledException(exc)
     except Exception:  # noqa: BLE001
         carried = None
-    return (type_name, message, tb_text, carried)
+    return (type_name, message, tb_text, carried, frames)
 
 
 class _PickledException:
@@ -220,18 +250,24 @@ class Runner:
             # here, whatever the concurrency (a session needs a job).
             self.run(JOB_CALL, initializer, session=False)
         if self._logs is not None:
-            # After the initializer: logging it configured is kept (no handler of ours).
+            # After the initializer: logging (or warnings) it configured is kept.
             self._logs.maybe_install()
+            self._logs.install_warnings()
 
     def apply_settings(self, settings: tuple[object, ...]) -> None:
-        """Called by C before a job when main's settings changed: (sys.path,).
+        """Called by C before a job when main's settings changed: (sys.path[, output]).
 
-        Raising fails that job; the next job tries again.
+        output: bit 1 (stdout) and 2 (stderr) set when main's stream is not
+        the process's own, so what this worker writes goes to main's (through
+        the log channel; _inside.logs.Forwarder.set_output). Raising fails
+        that job; the next job tries again.
         """
-        (path,) = settings
+        path = settings[0]
         # No importlib.invalidate_caches(): new entries have no cached finder
         # yet, and on 3.13 it imports importlib.metadata (~40 ms, 88 modules).
-        sys.path[:] = path
+        sys.path[:] = path  # type: ignore[index]
+        if len(settings) > 1 and self._logs is not None:
+            self._logs.set_output(settings[1])  # type: ignore[arg-type]
 
     def main_module(self):
         """The user's script, imported under another name (as multiprocessing's spawn does)."""
@@ -491,7 +527,7 @@ class Runner:
 
     def describe_minimal(self, exc: BaseException) -> tuple[object, ...]:
         """Called by C when describe() failed: type and repr only."""
-        return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None)
+        return (f"{type(exc).__module__}.{type(exc).__qualname__}", repr(exc), "", None, None)
 
     def shutdown(self, grace: float = 0.0) -> str | None:
         """Called by C once, after the worker's last job: close its event loop, and

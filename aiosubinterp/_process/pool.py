@@ -582,14 +582,14 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
 
 def _with_exception(info: tuple[Any, ...]) -> tuple[Any, ...]:
     """A worker's error description with its pickled exception rebuilt here (or None)."""
-    type_name, message, tb_text, data = info
+    type_name, message, tb_text, data = info[:4]
     exc = None
     if data is not None:
         try:
             exc = _marshal.loads(data)
         except Exception:  # noqa: BLE001 - ExecutionFailed alone then
             exc = None
-    return (type_name, message, tb_text, exc)
+    return (type_name, message, tb_text, exc, *info[4:])
 
 
 class _Unraisable:

@@ -303,17 +303,17 @@ def _end_reduction(end: object) -> tuple[Any, ...]:
 
 
 def _describe(exc: BaseException) -> tuple[Any, ...]:
-    """(type_name, message, traceback, pickled exception or None)."""
+    """(type_name, message, traceback, pickled exception or None, frames)."""
     from aiosubinterp._inside.worker import describe_exception
 
-    type_name, message, tb_text, carried = describe_exception(exc)
+    type_name, message, tb_text, carried, frames = describe_exception(exc)
     data = None
     if carried is not None:
         try:
             data = _marshal.dumps(carried.exc)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001
             data = None
-    return (type_name, message, tb_text, data)
+    return (type_name, message, tb_text, data, frames)
 
 
 def _apply_settings(settings: tuple[Any, ...]) -> None:
