@@ -131,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         from aiosubinterp.demo.check import run_check
 
         if args.fallback == "copy":
-            import sysconfig
+            from aiosubinterp._engine.fallback import copies_unavailable
 
-            if sysconfig.get_config_var("Py_GIL_DISABLED"):
-                parser.error("--fallback copy: private copies are not available on a "
-                             "free-threaded build (threads run in parallel there)")
+            why = copies_unavailable()
+            if why is not None:
+                parser.error(f"--fallback copy: {why}")
         return run_check(args.modules, args.json, args.timeout, args.jobs, args.fallback)
     from aiosubinterp.demo.info import run_info
 

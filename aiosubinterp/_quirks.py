@@ -4,13 +4,15 @@
   twins are used). Bugs: gh-136421 and the crashes listed below.
   Versions: 3.12, 3.13. Proved by: tests/test_stdlib_matrix.py (every
   exercise group, and test_datetime_shim_applies_exactly_where_cpython_still_crashes).
-- With private copies (``fallback="copy"``) on 3.12 and 3.13, ``_datetime``
-  is imported in main and not blocked in workers (``blocked_modules(True)``):
+- With private copies (``fallback="copy"``) on 3.13, ``_datetime`` is
+  imported in main and not blocked in workers (``blocked_modules(True)``):
   numpy, orjson and pydantic-core need its C API (orjson segfaulted without
-  it on 3.12), and gh-136421 does not strike once main imported it first.
-  Proved by: tests/test_private_copies.py (every test exits 0). The deny
-  list of aiosubinterp/_inside/copies.py (SQLAlchemy on 3.12) is its
-  worker-side companion.
+  it), and gh-136421 does not strike once main imported it first. Proved by:
+  tests/test_private_copies.py (every test exits 0). On 3.12 copies are
+  refused (``_engine.fallback.copies_unavailable``): with ``_datetime``
+  allowed there, 3.12.1 aborted at exit after copies of pydantic-core
+  (several interpreters subclassing its static ``tzinfo``), SQLAlchemy, or
+  numpy's test suite ran in two interpreters.
 - Argument Clinic keyword caches primed in main (``prime_arg_parsers``).
   Bug: gh-119213. Versions: 3.12.0 to 3.12.3. Proved by:
   tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools.
@@ -83,13 +85,14 @@ _BLOCKED_BY_VERSION: dict[tuple[int, int], tuple[str, ...]] = {
 def blocked_modules(private_copies: bool = False) -> tuple[str, ...]:
     """C accelerators kept out of workers on this CPython (their pure-Python twins are used).
 
-    With private copies (fallback="copy") on 3.13, _datetime is imported in
-    main instead and left to the workers: numpy, orjson and pydantic-core
-    need its C API, and gh-136421 does not strike once main imported it first
-    (measured on 3.13.0 and 3.13.18; research/private-extension-copies.md).
+    With private copies (fallback="copy", 3.13+ only) on 3.13, _datetime is
+    imported in main instead and left to the workers: numpy, orjson and
+    pydantic-core need its C API, and gh-136421 does not strike once main
+    imported it first (measured on 3.13.0 and 3.13.18;
+    research/private-extension-copies.md).
     """
     blocked = _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
-    if private_copies and sys.version_info[:2] in ((3, 12), (3, 13)):
+    if private_copies and sys.version_info[:2] == (3, 13):
         import _datetime  # type: ignore[import-not-found]  # noqa: F401
         import datetime  # noqa: F401
 

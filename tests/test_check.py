@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from aiosubinterp._engine.fallback import copies_unavailable
 from aiosubinterp.demo.check import PROBES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,10 +103,11 @@ def test_every_probe_is_valid_code_that_sets_result():
         assert probe.what, name
 
 
-FREE_THREADED = bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
+NO_COPIES = copies_unavailable()
 
 
-@pytest.mark.skipif(FREE_THREADED, reason="--fallback copy is a usage error there (tested below)")
+@pytest.mark.skipif(NO_COPIES is not None, reason="--fallback copy is a usage error on this "
+                    "Python (tested below)")
 def test_fallback_copy_names_the_tier_of_each_module():
     import importlib.util
 
@@ -126,7 +128,7 @@ def test_fallback_copy_names_the_tier_of_each_module():
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(not FREE_THREADED, reason="the free-threaded build's usage error")
-def test_fallback_copy_is_a_usage_error_on_free_threaded_builds():
+@pytest.mark.skipif(NO_COPIES is None, reason="the usage error of free-threaded builds and 3.12")
+def test_fallback_copy_is_a_usage_error_where_copies_are_refused():
     proc = check("--fallback", "copy", "numpy")
-    assert proc.returncode == 2 and "free-threaded" in proc.stderr
+    assert proc.returncode == 2 and NO_COPIES.split(":")[0] in proc.stderr

@@ -18,12 +18,14 @@ import pytest
 
 import aiosubinterp as asi
 from aiosubinterp._engine import copies as engine_copies
+from aiosubinterp._engine.fallback import copies_unavailable
 
 LOOPS = ["asyncio", "uvloop"]
 FREE_THREADED = bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
-# There CPython refuses to lift its check: test_free_threaded_builds_refuse_copies.
-needs_copies = pytest.mark.skipif(FREE_THREADED, reason="fallback='copy' is refused on "
-                                  "free-threaded builds (see the test of that refusal)")
+# Free-threaded builds and 3.12 refuse copies: test_pythons_without_copies_refuse_them.
+NO_COPIES = copies_unavailable()
+needs_copies = pytest.mark.skipif(NO_COPIES is not None, reason="fallback='copy' is refused on "
+                                  "this Python (see the test of that refusal)")
 
 
 def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None = None,
@@ -264,19 +266,21 @@ def test_fallback_values_are_checked():
         asi.Interpreter(fallback="process")
     with pytest.raises(ValueError, match="InterpreterPoolExecutor takes fallback=None or 'copy'"):
         asi.InterpreterPoolExecutor(1, fallback=("copy", "process"))
-    goods = [["copy", "process"], "process", None] + ([] if FREE_THREADED else ["copy", ("copy",)])
+    goods = [["copy", "process"], "process", None] + ([] if NO_COPIES else ["copy", ("copy",)])
     for good in goods:
         pool = asi.InterpreterPool(1, fallback=good)
         pool.close()
 
 
-@pytest.mark.skipif(not FREE_THREADED, reason="the refusal of free-threaded builds")
-def test_free_threaded_builds_refuse_copies(tmp_path):
+@pytest.mark.skipif(NO_COPIES is None, reason="the refusal of free-threaded builds and 3.12")
+def test_pythons_without_copies_refuse_them(tmp_path):
+    expected = "free-threaded build" if FREE_THREADED else "needs CPython 3.13 or newer"
     for make in (lambda: asi.InterpreterPool(1, fallback="copy"),
                  lambda: asi.Interpreter(fallback="copy"),
                  lambda: asi.InterpreterPoolExecutor(1, fallback="copy")):
-        with pytest.raises(ValueError, match="not available on a free-threaded build"):
+        with pytest.raises(ValueError, match=expected) as info:
             make()
+        assert "fallback=('copy', 'process')" in str(info.value)
     # ("copy", "process") means processes there: numpy runs, in another process.
     reports, _ = run_child(tmp_path, """
         async def main():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import sysconfig
 import threading
 import warnings
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # a type only: _pool imports this module
     from aiosubinterp._engine import pool as _pool
     from aiosubinterp._process.pool import ProcessPool
 
-__all__ = ["FREE_THREADED", "Fallback", "copies_only", "make", "parse", "wants_copies"]
+__all__ = ["FREE_THREADED", "Fallback", "copies_only", "copies_unavailable", "make", "parse",
+           "wants_copies"]
 
 def parse(fallback: object) -> tuple[str, ...]:
     """fallback as a tuple of tiers, in order; a clear error for a bad value."""
@@ -48,25 +50,36 @@ def parse(fallback: object) -> tuple[str, ...]:
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
+def copies_unavailable() -> str | None:
+    """Why this Python cannot load private copies, or None when it can."""
+    if FREE_THREADED:
+        return ("it is not available on a free-threaded build of CPython, which cannot lift its "
+                "refusal of an extension module for one interpreter. Threads run Python in "
+                "parallel on this build: asyncio.to_thread() runs such code on every core")
+    if sys.version_info < (3, 13):
+        return ("it needs CPython 3.13 or newer: on 3.12 (measured on 3.12.1) the process "
+                "aborted at exit after copies of pydantic-core or SQLAlchemy, or numpy's own "
+                "tests, ran in two interpreters (the datetime C API those modules need is not "
+                "safe in several interpreters there)")
+    return None
+
+
 def wants_copies(tiers: tuple[str, ...], who: str) -> bool:
     """Whether a pool with these fallback tiers loads private copies on this Python.
 
-    Not on a free-threaded build: CPython there refuses to lift its check
-    (``_imp._override_multi_interp_extensions_check``), so ``"copy"`` alone is
-    an error and ``("copy", "process")`` means processes.
+    Not on free-threaded builds nor on 3.12 (copies_unavailable()): there
+    ``"copy"`` alone is an error and ``("copy", "process")`` means processes.
     """
     if "copy" not in tiers:
         return False
-    if not FREE_THREADED:
+    why = copies_unavailable()
+    if why is None:
         return True
     if "process" in tiers:
         return False
     raise ValueError(
-        f"{who}(fallback='copy') is not available on a free-threaded build of CPython: it "
-        "cannot lift its refusal of an extension module for one interpreter there. Threads "
-        "run Python in parallel on this build: asyncio.to_thread() runs such code on every "
-        "core, and fallback=('copy', 'process') runs it on processes here and in private "
-        "copies elsewhere.")
+        f"{who}(fallback='copy'): {why}. fallback=('copy', 'process') runs such modules on "
+        "processes here and in private copies where they are available.")
 
 
 def copies_only(fallback: object, who: str) -> bool:

@@ -517,13 +517,14 @@ class InterpreterPool(_Engine):
             OpenMP, MKL) are one per process: ``OPENBLAS_NUM_THREADS``,
             ``OMP_NUM_THREADS`` and the like are set to 1 when not set (before
             such a library loads; numpy imported earlier in main keeps its
-            threads). Not on free-threaded builds (a ValueError: threads run in
-            parallel there). ``"process"``: a task whose module refuses runs
+            threads). CPython 3.13+ with the GIL: on 3.12 and free-threaded
+            builds it is a ValueError (3.12.1 aborted at exit after copies in
+            two interpreters; free-threaded builds cannot lift the check). ``"process"``: a task whose module refuses runs
             again on a worker process (a ProcessPool of the same size, made on
             first need); a FallbackWarning says so once per module, and later
             tasks of that function's module go straight to the processes.
             ``("copy", "process")``: a private copy where the binaries allow it,
-            processes otherwise (processes only on free-threaded builds).
+            processes otherwise (processes only on 3.12 and free-threaded builds).
         forward_logging: True (default): records the interpreters log are
             handled by this (the main) interpreter's logging, with the same
             logger name, level, message (formatted in the worker), time,

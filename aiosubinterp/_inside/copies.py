@@ -52,11 +52,6 @@ DENIED = {
     "uvloop": "libuv inside it installs process-wide signal and child-process handlers, "
               "which two copies (and the main interpreter's event loop) would fight over",
 }
-if sys.version_info[:2] == (3, 12):
-    DENIED["sqlalchemy"] = (
-        "on CPython 3.12 the process aborts at exit (\"double free or corruption\") once "
-        "copies of it in two interpreters opened a connection (measured on 3.12.1 with "
-        "SQLAlchemy 2.1.9; 3.13+ is not affected)")
 
 
 def _refused(name: str, why: str) -> ImportError:

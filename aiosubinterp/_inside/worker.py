@@ -140,12 +140,10 @@ REFUSED_ON_312 = frozenset({
 class _RefuseKnown:
     """Meta-path finder that refuses REFUSED_ON_312 modules up front (3.12 only)."""
 
-    names = REFUSED_ON_312
-
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
+    @staticmethod
+    def find_spec(name, path=None, target=None):
         top = name.partition(".")[0]
-        if name in cls.names or top in cls.names:
+        if name in REFUSED_ON_312 or top in REFUSED_ON_312:
             raise ImportError(f"module {name} does not support loading in subinterpreters",
                               name=name)
         return None
@@ -230,10 +228,8 @@ class Runner:
         if copies is not None:
             from aiosubinterp._inside import copies as _copies
 
-            # First: it decides for extension modules before _RefuseKnown,
-            # and refuses single-phase ones before their init runs (numpy
-            # was on the 3.12 list as single-phase up to 1.26).
-            _RefuseKnown.names = REFUSED_ON_312 - {"numpy"}
+            # First: it decides for extension modules, and refuses
+            # single-phase ones before their init runs (3.13+ only).
             self._copies = _copies.install(copies)
         if settings is not None:
             self.apply_settings(settings)
