@@ -237,7 +237,7 @@ DIST_CHECK_TOOLS := twine==7.0.0 trove-classifiers==2026.9.21.13
 DOCS_PYTHON ?= 3.13
 
 docs: .venv-docs/.docs.stamp
-	.venv-docs/bin/mkdocs build --strict --clean --site-dir site
+	NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --clean --site-dir site
 
 .venv-docs/.docs.stamp: pyproject.toml
 	@if ! .venv-docs/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(DOCS_PYTHON)".split("."))))' 2>/dev/null; then \
