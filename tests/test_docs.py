@@ -1,4 +1,4 @@
-"""The documentation site (docs/, mkdocs.yml): its examples run, its reference is complete, it builds.
+"""The documentation site (docs/, mkdocs.yml): examples run, the reference is complete, it builds.
 
 - Every ```python block of docs/**/*.md is a complete script, run in a child
   process (childproc.run_child) that must exit with 0; on every Python.
