@@ -161,6 +161,9 @@ def test_the_stub_docstrings_of_the_compiled_public_names_are_the_modules_own():
     stub = _stub_docstrings()
     compiled = [n for n in aiosubinterp.__all__ if hasattr(_core, n)]
     assert sorted(compiled) == ["FileDescriptor", "SharedBuffer", "SharedLock", "share"]
+    if not any(_runtime_doc(getattr(_core, n)) for n in compiled):
+        # Seen on the free-threaded 3.13t build: every docstring of the module is empty.
+        pytest.skip("this build of aiosubinterp._core carries no docstrings to compare with")
     for name in compiled:
         assert stub.get(name) == _runtime_doc(getattr(_core, name)), (
             f"_core.pyi's docstring of {name} differs from ext/'s: copy it over")
