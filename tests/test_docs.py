@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"
 # Fragments and code that needs a server or a cluster: a few, each saying why.
-MAX_NOT_RUN = 14
+MAX_NOT_RUN = 5
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
