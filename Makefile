@@ -20,6 +20,11 @@
 #                   run a smoke set of tests against it; build a wheel from
 #                   the unpacked sdist and import it (scripts/check-dist.sh,
 #                   ~1 min; not part of make test)
+#   make docs       the documentation site (MkDocs, Material, mkdocstrings) into
+#                   ./site/, warnings as errors; its own venv .venv-docs (the
+#                   docs extra, pinned) on $(DOCS_PYTHON); the API reference is
+#                   read from the sources and aiosubinterp/_core.pyi (griffe's
+#                   static analysis): no extension build needed
 #   make venv       only build the venvs (and the extension in place)
 #   make clean      remove venvs, build products and stamps
 #
@@ -89,7 +94,7 @@ REQUIREMENTS_PY = import sys, tomllib; \
         + [r for e in extras for r in p["project"]["optional-dependencies"][e]]; \
     print("\n".join(r for r in reqs if not r.lower().startswith("aiosubinterp")))
 
-.PHONY: test test-here lint venv demo bench bench-here dist check-dist clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
+.PHONY: test test-here lint venv demo bench bench-here dist check-dist docs clean $(addprefix venv-,$(PYTHON_VERSIONS)) FORCE
 
 venv: $(foreach v,$(PYTHON_VERSIONS),.venv-$(v)/.ext.stamp)
 
@@ -225,8 +230,27 @@ DIST_CHECK_TOOLS := twine==7.0.0 trove-classifiers==2026.9.21.13
 	.venv-dist-$*/bin/python -m pip install -q $(DIST_TOOLS) $(if $(filter $(DIST_TOOLS_PYTHON),$*),$(DIST_CHECK_TOOLS))
 	@touch $@
 
+# Static analysis only (mkdocs.yml: paths ["."], allow_inspection false), so
+# the site builds on any machine with Python 3.13 and the registry, in ~10 s
+# from nothing. --strict: a broken reference, a missing page or a griffe
+# warning about a docstring fails the build.
+DOCS_PYTHON ?= 3.13
+
+docs: .venv-docs/.docs.stamp
+	NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --clean --site-dir site
+
+.venv-docs/.docs.stamp: pyproject.toml
+	@if ! .venv-docs/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(DOCS_PYTHON)".split("."))))' 2>/dev/null; then \
+	    py="$$(bash scripts/find-python.sh $(DOCS_PYTHON))"; \
+	    echo "creating .venv-docs with $$py ($$("$$py" -V))"; \
+	    "$$py" -m venv --clear .venv-docs; \
+	fi
+	.venv-docs/bin/python -c '$(REQUIREMENTS_PY)' docs | grep -v -i -E '^(setuptools|cython)' > .venv-docs/requirements.txt
+	.venv-docs/bin/python -m pip install -q -r .venv-docs/requirements.txt
+	@touch $@
+
 clean:
-	rm -rf .venv-3.* .venv-dist-* build dist *.egg-info
+	rm -rf .venv-3.* .venv-dist-* .venv-docs site build dist *.egg-info
 	rm -f aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
 
 FORCE:

@@ -32,7 +32,15 @@ _share_owner_addr: int
 
 def dumps(obj: object) -> bytes: ...
 def roundtrip(obj: object) -> Any: ...
-def share(obj: Any, *, writable: bool = False) -> ShareRequest: ...
+def share(obj: Any, *, writable: bool = False) -> ShareRequest:
+    """Mark obj's buffer to cross to an interpreter zero-copy, whatever its size.
+
+    The receiver gets a memoryview over the same memory: read-only, or
+    writable with writable=True (hand over a buffer you will no longer touch).
+    The sender's object stays alive (and a bytearray cannot be resized) until
+    every receiver has dropped its view and all slices of it.
+    """
+    ...
 def share_stats() -> tuple[int, int, int]: ...
 def buffer_address(obj: Any) -> int: ...
 def loads(data: bytes | bytearray | memoryview) -> Any: ...
@@ -74,10 +82,30 @@ class ShareRequest:
     def __init__(self, obj: Any, writable: bool = False) -> None: ...
 
 class FileDescriptor:
+    """An open file descriptor to hand to another interpreter.
+
+    Crossing duplicates it (as os.dup does: the duplicate is non-inheritable,
+    PEP 446); the receiver gets the duplicate as an int and owns it (close it
+    when done). The original stays open here.
+    """
+
     fd: int
     def __init__(self, fd: Any) -> None: ...
 
 class SharedBuffer:
+    """Memory that several interpreters read and write at once.
+
+    ``SharedBuffer(size)`` allocates ``size`` zeroed bytes outside every
+    interpreter. Passing it (task argument, result, channel item) passes a
+    reference to the same memory; it is freed when the last SharedBuffer
+    object referring to it, in any interpreter, is gone. It supports the
+    buffer protocol (writable): ``memoryview(buf)``, ``buf[i]``, slicing.
+
+    Thread-safety: the memory itself is not synchronised: concurrent writes
+    are data races on bytes. Guard them with a SharedLock (pass it along
+    with the buffer) or give each writer its own region.
+    """
+
     def __init__(self, size: int = 0) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, key: int | slice) -> Any: ...
@@ -85,9 +113,22 @@ class SharedBuffer:
     def __buffer__(self, flags: int) -> memoryview: ...
     def __release_buffer__(self, view: memoryview) -> None: ...
     @property
-    def address(self) -> int: ...
+    def address(self) -> int:
+        """Address of the first byte (the same in every interpreter)."""
+        ...
 
 class SharedLock:
+    """A lock that works across interpreters (and threads).
+
+    Pass it to tasks or through channels: every copy is the same lock. Like
+    ``threading.Lock``: ``acquire(blocking=True, timeout=-1)``, ``release()``,
+    ``locked()``, and ``with lock:``. A blocked acquire waits without holding
+    any GIL; it is not interrupted by task cancellation, so keep critical
+    sections short.
+
+    Thread-safety: every method may be called from any interpreter or thread.
+    """
+
     def __init__(self) -> None: ...
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
     def release(self) -> None: ...

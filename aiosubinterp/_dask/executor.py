@@ -241,9 +241,11 @@ class DaskInterpreterPlugin(WorkerPlugin):
         default: also make it the worker's default executor, so every task
             runs in an interpreter (only for pure-Python work: modules that
             refuse subinterpreters, such as numpy, then fail).
-        preload, initializer, initargs, max_tasks_per_interpreter: as
-            InterpreterPoolExecutor (the initializer must be importable on
+        preload: as InterpreterPoolExecutor's.
+        initializer: as InterpreterPoolExecutor's (it must be importable on
             the workers).
+        initargs: as InterpreterPoolExecutor's.
+        max_tasks_per_interpreter: as InterpreterPoolExecutor's.
 
     ``client.register_plugin(DaskInterpreterPlugin())`` installs it in every
     worker, also those that join later; unregistering it (or closing the
