@@ -36,9 +36,13 @@ code 0). Then, on 127.0.0.1:8080:
 ``aiosubinterp.ProcessPool``: pydantic loads as usual in worker processes),
 ``to_thread`` (``asyncio.to_thread``: threads that share the main GIL with
 the event loop) and ``inline`` (on the event loop itself: every other
-request waits meanwhile). Free-threaded builds refuse ``fallback="copy"``:
-there ``--mode interpreters`` stops at once, saying so (threads run in
-parallel on those builds anyway: ``--mode to_thread``).
+request waits meanwhile). ``--mode interpreters`` stops at once, saying
+so, where it cannot run: on free-threaded builds, which refuse
+``fallback="copy"`` (threads run in parallel there anyway: ``--mode
+to_thread``), and on CPython 3.12, where pydantic models built in several
+interpreters' copies of pydantic-core corrupt the heap (measured on 3.12.1:
+``free(): invalid pointer``, with 4 interpreters, or with 2 once main
+imported pydantic, as FastAPI does): use 3.13+, or ``--mode processes``.
 
 The handler does not declare the body as a pydantic parameter (FastAPI
 would validate it in main, on the event loop): it passes the raw bytes on,
@@ -80,7 +84,21 @@ except ModuleNotFoundError as exc:
 from _web_modes import add_arguments, check_mode, enter_cpu, server_options
 
 MAX_BODY = 1 << 20  # bytes of a /score body; larger ones get 413 before any work
-FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def interpreters_refused() -> str | None:
+    """Why ``--mode interpreters`` cannot run on this CPython, or None."""
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return ("it needs InterpreterPool(fallback='copy'), which free-threaded builds refuse "
+                "(CPython cannot lift its check for one interpreter there); use --mode "
+                "to_thread (threads run in parallel on this build) or --mode processes")
+    if sys.version_info[:2] == (3, 12):
+        return ("on CPython 3.12, pydantic models built in several interpreters' private "
+                "copies of pydantic-core corrupt the heap (measured on 3.12.1: the process "
+                "aborts, \"free(): invalid pointer\", with 4 interpreters, or with 2 once the "
+                "main interpreter imported pydantic, as FastAPI does); use CPython 3.13+, or "
+                "--mode processes")
+    return None
 
 
 # -- endpoints ---------------------------------------------------------------------------
@@ -128,11 +146,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
 def make_app(workers: int | None = None, mode: str = "interpreters") -> FastAPI:
     """The application; ``workers`` for /score (default: one per CPU), in ``mode`` (MODES)."""
     check_mode(mode)
-    if mode == "interpreters" and FREE_THREADED:
-        raise ValueError("fastapi_app.py: --mode interpreters needs InterpreterPool("
-                         "fallback='copy'), which free-threaded builds refuse (CPython cannot "
-                         "lift its check for one interpreter there); use --mode to_thread "
-                         "(threads run in parallel on this build) or --mode processes")
+    if mode == "interpreters" and (why := interpreters_refused()) is not None:
+        raise ValueError(f"fastapi_app.py: --mode interpreters is refused here: {why}")
     app = FastAPI(title="aiosubinterp: pydantic in interpreters", lifespan=lifespan)
     app.add_api_route("/ping", ping, methods=["GET"])
     app.add_api_route(
@@ -176,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser, route="/score", streams=False)
     args = parser.parse_args(argv)
-    app = make_app(args.workers, args.mode)
+    try:
+        app = make_app(args.workers, args.mode)
+    except ValueError as exc:
+        parser.exit(2, f"{exc}\n")
     loop, http = server_options()
     where = "InterpreterPool(fallback='copy')" if args.mode == "interpreters" else args.mode
     print(f"event loop: {loop}, HTTP parser: {http}; /score: {where}", flush=True)
