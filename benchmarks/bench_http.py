@@ -79,7 +79,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import _common
@@ -217,6 +217,12 @@ def _fastapi_unavailable() -> str | None:
 for _kind in MODES:  # the parent skips these, with the reason
     _common.AVAILABILITY[contender_name("fastapi", _kind)] = (
         _fastapi_interpreters_unavailable if _kind == STREAMER else _fastapi_unavailable)
+
+
+def _and(words: Iterable[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    *head, last = list(words)
+    return f"{', '.join(head)} and {last}" if head else last
 
 
 def apps_in(names: Sequence[str]) -> list[str]:
@@ -660,7 +666,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                     "pydantic-core in each interpreter), their primes counted, answered with "
                     f"model_dump_json (~{params['score_ms']} ms here)")
     notes = [
-        f"Server: {' and '.join(servers[a] for a in apps)}, one fresh process per "
+        f"Server: {_and(servers[a] for a in apps)}, one fresh process per "
         f"contender (APP/MODE) and round; ratios are to the same app's to_thread; "
         f"{'; '.join(work)}; {_common.WORKERS} workers in every mode.",
         f"Under load ({seconds} s, after {params['warmup_seconds']} s of warm-up): "
@@ -706,7 +712,7 @@ def draw_chart(path: str, summary: dict[str, dict[str, float]],
     fig = Figure(figsize=(11 * len(apps), 8.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
     heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps))
-    fig.suptitle(f"{' and '.join(APP_LABELS[a] for a in apps)} under wrk load: where the "
+    fig.suptitle(f"{_and(APP_LABELS[a] for a in apps)} under wrk load: where the "
                  f"CPU-heavy endpoint {heavy} runs\n" + subtitle, fontsize=11)
     grid = fig.subplots(3, len(apps), height_ratios=[rows + 0.6, rows + 0.6, 1.8], squeeze=False)
     for column, app in enumerate(apps):
@@ -844,7 +850,7 @@ def main() -> int:
     names = {"aiohttp": "aiohttp", "starlette": "Starlette", "fastapi": "FastAPI"}
     code = _common.main(
         doc=__doc__,
-        title=f"bench_http: {' and '.join(names[a] for a in apps)} under wrk: /ping latency, "
+        title=f"bench_http: {_and(names[a] for a in apps)} under wrk: /ping latency, "
               f"{heavy} req/s" + (", /stream MiB/s" if set(apps) & set(STREAMING) else ""),
         contenders={name: contender(name) for name in contender_names("all" if child else app)},
         full={"seconds": 7, "warmup_seconds": 1, "heavy_ms": 10, "heavy_connections": 8,
