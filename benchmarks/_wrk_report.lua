@@ -1,11 +1,13 @@
--- wrk script of bench_http.py: optional pacing, and one JSON line at the end.
+-- wrk script of bench_http.py: optional pacing, an optional JSON body, one JSON line at the end.
 --
---   wrk ... -s _wrk_report.lua URL -- [DELAY_MS]
+--   wrk ... -s _wrk_report.lua URL -- [DELAY_MS [BODY_FILE]]
 --
 -- With DELAY_MS > 0, each connection waits that long before each request
--- (wrk's delay() hook): a light client at a known, low rate. done() prints
--- the summary and exact latency percentiles (microseconds, from wrk's
--- histogram) on one line that starts with "@@wrk ", for the script to parse.
+-- (wrk's delay() hook): a light client at a known, low rate. With BODY_FILE,
+-- every request is a POST of that file's bytes as application/json
+-- (FastAPI's /score). done() prints the summary and exact latency
+-- percentiles (microseconds, from wrk's histogram) on one line that starts
+-- with "@@wrk ", for the script to parse.
 
 local delay_ms = 0
 
@@ -14,6 +16,14 @@ function init(args)
    if delay_ms > 0 then
       -- wrk looks for a global delay() after init(), once per thread.
       delay = function() return delay_ms end
+   end
+   if args[2] then
+      -- wrk.init() formats the request after init() returns: it takes these.
+      local f = assert(io.open(args[2], "rb"))
+      wrk.body = f:read("*a")
+      f:close()
+      wrk.method = "POST"
+      wrk.headers["Content-Type"] = "application/json"
    end
 end
 

@@ -1,27 +1,38 @@
-"""Two web apps (aiohttp, Starlette) under load from ``wrk``: light latency, heavy req/s, MB/s.
+"""Web apps (aiohttp, Starlette, FastAPI) under load from ``wrk``: light latency, heavy req/s, MB/s.
 
 The servers are the examples themselves: ``examples/aiohttp_app.py`` (aiohttp
-on uvloop, the app the README shows) and ``examples/starlette_app.py``
-(Starlette under uvicorn, uvloop and httptools), ``--app aiohttp|starlette|both``
-(default both). Each is started once per contender and round in a process
-of its own on a loopback port, with ``--mode`` saying where its heavy
-endpoint ``/primes`` counts primes (pure Python, ``n`` calibrated to ~10 ms
-in the parent). A contender is an app and a mode, named ``APP/MODE``
-(``aiohttp/to_thread``, ``starlette/aiosubinterp``, ...); the modes:
+on uvloop, the app the README shows), ``examples/starlette_app.py``
+(Starlette under uvicorn, uvloop and httptools) and ``examples/fastapi_app.py``
+(FastAPI under uvicorn, uvloop and httptools; pydantic validates in the
+workers), ``--app aiohttp|starlette|fastapi|both|all`` (default both:
+aiohttp and Starlette; all: the three). Each is started once per contender
+and round in a process of its own on a loopback port, with ``--mode`` saying
+where its heavy endpoint computes: ``/primes`` counts primes (pure Python,
+``n`` calibrated to ~10 ms in the parent); FastAPI's ``POST /score`` gets a
+JSON body of 4 items, which pydantic validates (``model_validate_json``)
+and whose primes it counts (the items' ``n`` calibrated to ~10 ms of the
+whole, validation included), and answers ``model_dump_json``. A contender is
+an app and a mode, named ``APP/MODE`` (``aiohttp/to_thread``,
+``fastapi/aiosubinterp``, ...); the modes:
 
   inline                  on the event loop (every other request waits meanwhile)
   to_thread               ``asyncio.to_thread``, a default executor of 2 threads
   aiosubinterp-processes  ``aiosubinterp.ProcessPool(2)``
-  aiosubinterp            ``aiosubinterp.InterpreterPool(2)``
+  aiosubinterp            ``aiosubinterp.InterpreterPool(2)`` (FastAPI's with
+                          ``fallback="copy"``: a private copy of pydantic-core in
+                          each interpreter; not on CPython 3.12, where the app
+                          refuses it, nor on free-threaded builds)
 
-Per contender, after a short warm-up of ``/primes``:
+Per contender, after a short warm-up of the heavy endpoint:
 
-1. load: for ``seconds`` s, one ``wrk`` keeps ``/primes`` busy (``heavy_connections``
-   connections, back to back) while a second ``wrk --latency`` asks ``/ping``
-   on 1 connection, one request every ``light_delay_ms`` ms (a health check).
-   Reported: ``/ping``'s p50/p99/max (exact, from wrk's histogram through the
-   ``done()`` hook of ``_wrk_report.lua``) and ``/primes``'s requests/s.
-2. streaming (each app's InterpreterPool contender only: ``/stream`` is produced
+1. load: for ``seconds`` s, one ``wrk`` keeps the heavy endpoint busy
+   (``heavy_connections`` connections, back to back; FastAPI's as POSTs of
+   the body, set by ``_wrk_report.lua``) while a second ``wrk --latency``
+   asks ``/ping`` on 1 connection, one request every ``light_delay_ms`` ms
+   (a health check). Reported: ``/ping``'s p50/p99/max (exact, from wrk's
+   histogram through the ``done()`` hook of ``_wrk_report.lua``) and the
+   heavy endpoint's requests/s.
+2. streaming (aiohttp's and Starlette's InterpreterPool contenders only: ``/stream`` is produced
    in an interpreter of the app's stream pool in every mode): ``wrk`` reads
    ``/stream?count=..&size=1 MiB`` for ``stream_seconds`` s on
    ``stream_connections`` connections; each 1 MiB chunk crosses
@@ -30,10 +41,11 @@ Per contender, after a short warm-up of ``/primes``:
    1 MiB = 2**20 bytes, what wrk prints as "MB").
 
 Targets (issue #15; one run, 2 cores, aiohttp on uvloop; each app's are
-computed against its own to_thread, Starlette's printed too):
-  /ping p99 while /primes is loaded <= 0.1 x to_thread's;
-  /primes req/s >= 1.4 x to_thread's;
-  streaming from an interpreter >= 200 MB/s to a loopback client (measured in MiB/s: stricter).
+computed against its own to_thread, Starlette's and FastAPI's printed too):
+  /ping p99 while the heavy endpoint is loaded <= 0.1 x to_thread's;
+  heavy endpoint req/s >= 1.4 x to_thread's;
+  streaming from an interpreter >= 200 MB/s to a loopback client (measured in MiB/s:
+  stricter; aiohttp and Starlette).
 
 wrk runs on the same 2 cores as the server (it is light: ~100-200 heavy
 requests/s and a paced ping), and its CPU time counts in CPU/wall.
@@ -47,9 +59,9 @@ targets drawn goes to ``bench_http.png`` in the temporary directory
 (``--chart PATH`` elsewhere, ``--chart ''`` for none; the README's picture
 is ``--chart docs/http_bench.png``).
 
-Run: ``python benchmarks/bench_http.py [--app aiohttp|starlette|both] [--quick] [--json]
-[--chart PATH]`` (``--loop asyncio`` serves the aiohttp app on asyncio's loop
-instead of uvloop; the Starlette app always asks uvicorn for uvloop).
+Run: ``python benchmarks/bench_http.py [--app aiohttp|starlette|fastapi|both|all] [--quick]
+[--json] [--chart PATH]`` (``--loop asyncio`` serves the aiohttp app on asyncio's loop
+instead of uvloop; the Starlette and FastAPI apps always ask uvicorn for uvloop).
 """
 
 from __future__ import annotations
@@ -67,7 +79,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import _common
@@ -90,9 +102,15 @@ APPS = {  # --app -> the example it serves, and what it prints once it listens
     "aiohttp": (os.path.join(_common.REPO, "examples", "aiohttp_app.py"), "Running on"),
     "starlette": (os.path.join(_common.REPO, "examples", "starlette_app.py"),
                   "Uvicorn running on"),
+    "fastapi": (os.path.join(_common.REPO, "examples", "fastapi_app.py"), "Uvicorn running on"),
 }
+APP_CHOICES = {"both": ("aiohttp", "starlette"), "all": tuple(APPS)}  # --app groups
 APP_LABELS = {"aiohttp": "aiohttp on uvloop",
-              "starlette": "Starlette under uvicorn (uvloop, httptools)"}
+              "starlette": "Starlette under uvicorn (uvloop, httptools)",
+              "fastapi": "FastAPI under uvicorn (uvloop, httptools)"}
+HEAVY = {"aiohttp": "/primes", "starlette": "/primes", "fastapi": "/score"}  # the CPU route
+STREAMING = ("aiohttp", "starlette")  # the apps with /stream (and --max-streams)
+SCORE_ITEMS = 4  # items of FastAPI's /score body
 APP = APPS["aiohttp"][0]
 LUA = os.path.join(_common.HERE, "_wrk_report.lua")
 WRK_MARK = "@@wrk "
@@ -165,11 +183,46 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def contender_names(app: str = "both") -> list[str]:
-    """The contenders of ``--app`` (aiohttp, starlette or both), app by app, in MODES' order."""
-    apps = list(APPS) if app == "both" else [app]
+    """The contenders of ``--app`` (an app of APPS, ``both``: aiohttp and starlette, or
+    ``all``), app by app, in MODES' order."""
+    apps = list(APP_CHOICES.get(app, (app,)))
     if not set(apps) <= set(APPS):
-        raise ValueError(f"unknown app {app!r}; choose aiohttp, starlette or both")
+        raise ValueError(f"unknown app {app!r}; choose {', '.join([*APPS, *APP_CHOICES])}")
     return [contender_name(a, kind) for a in apps for kind in MODES]
+
+
+def _fastapi_interpreters_unavailable() -> str | None:
+    """Why fastapi/aiosubinterp cannot run on this Python (as examples/fastapi_app.py says)."""
+    import importlib.util
+    import sysconfig
+
+    if importlib.util.find_spec("fastapi") is None:
+        return "fastapi is not installed (the `copies` extra has it)"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "fallback='copy' is refused on free-threaded builds"
+    if sys.version_info[:2] == (3, 12):
+        return ("examples/fastapi_app.py refuses --mode interpreters on CPython 3.12 (pydantic "
+                "in several interpreters' copies of pydantic-core aborts the process there)")
+    return None
+
+
+def _fastapi_unavailable() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("fastapi") is None:
+        return "fastapi is not installed (the `copies` extra has it)"
+    return None
+
+
+for _kind in MODES:  # the parent skips these, with the reason
+    _common.AVAILABILITY[contender_name("fastapi", _kind)] = (
+        _fastapi_interpreters_unavailable if _kind == STREAMER else _fastapi_unavailable)
+
+
+def _and(words: Iterable[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    *head, last = list(words)
+    return f"{', '.join(head)} and {last}" if head else last
 
 
 def apps_in(names: Sequence[str]) -> list[str]:
@@ -278,17 +331,21 @@ def targets_of(summary: dict[str, dict[str, float]],
     ours = summary.get(contender_name(app, STREAMER), {})
     anchor = summary.get(contender_name(app, ANCHOR), {})
     nan = math.nan
-    return [
-        _common.Target(f"{app}: /ping p99 while /primes is loaded / to_thread's",
+    heavy = HEAVY[app]
+    targets = [
+        _common.Target(f"{app}: /ping p99 while {heavy} is loaded / to_thread's",
                        _common.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
                        "<=", LIGHT_P99_MAX, note="asyncio.to_thread, 2 threads"),
-        _common.Target(f"{app}: /primes req/s under load / to_thread's",
+        _common.Target(f"{app}: {heavy} req/s under load / to_thread's",
                        _common.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
                        ">=", HEAVY_RPS_MIN, note="asyncio.to_thread, 2 threads"),
-        _common.Target(f"{app}: streaming from an interpreter to a loopback client",
-                       ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
-                       note="absolute (1 MiB chunks through open_channel(2))"),
     ]
+    if app in STREAMING:
+        targets.append(_common.Target(
+            f"{app}: streaming from an interpreter to a loopback client",
+            ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
+            note="absolute (1 MiB chunks through open_channel(2))"))
+    return targets
 
 
 # ------------------------------------------------------------------ the child
@@ -309,13 +366,15 @@ class Server:
         self.log = tempfile.TemporaryFile("w+")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         script, self.ready = APPS[app]
-        # The Starlette app has no --loop: uvicorn gets uvloop when installed.
+        # The uvicorn apps have no --loop: uvicorn gets uvloop when installed.
         loop_args = ["--loop", loop] if app == "aiohttp" else []
+        stream_args = ["--max-streams", str(max_streams)] if app in STREAMING else []
         self.proc = subprocess.Popen(
             [sys.executable, script, "--port", str(self.port), "--mode", mode, *loop_args,
-             "--workers", str(workers), "--max-streams", str(max_streams)],
+             "--workers", str(workers), *stream_args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.base = f"http://127.0.0.1:{self.port}"
+        self.body_file: str | None = None  # the body wrk POSTs (FastAPI's /score)
 
     def output(self) -> str:
         self.log.seek(0)
@@ -344,16 +403,19 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        if self.body_file is not None:
+            os.unlink(self.body_file)
         return self.proc.returncode
 
 
 def _wrk_cmd(wrk: str, url: str, seconds: float, connections: int, *, latency: bool = False,
-             delay_ms: float = 0) -> list[str]:
+             delay_ms: float = 0, body_file: str | None = None) -> list[str]:
+    """wrk's command; with ``body_file``, each request POSTs that file's JSON (the Lua script)."""
     cmd = [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
            "-s", LUA]
     if latency:
         cmd.append("--latency")
-    return [*cmd, url, "--", f"{delay_ms:g}"]
+    return [*cmd, url, "--", f"{delay_ms:g}", *([body_file] if body_file else [])]
 
 
 def run_wrks(cmds: Sequence[list[str]], seconds: float) -> list[dict[str, Any]]:
@@ -377,32 +439,68 @@ def run_wrks(cmds: Sequence[list[str]], seconds: float) -> list[dict[str, Any]]:
     return results
 
 
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=30) as r:
+def _get(url: str, body: bytes | None = None) -> bytes:
+    """The body of GET url, or of a POST of JSON ``body``."""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    request = urllib.request.Request(url, data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as r:
         return bytes(r.read())
+
+
+def score_body(n: int) -> bytes:
+    """FastAPI's /score body: SCORE_ITEMS items of ``n`` (the work is ~ SCORE_ITEMS x n**1.4)."""
+    items = [{"name": f"item-{i}", "n": n, "weight": 0.5 + i / 2} for i in range(SCORE_ITEMS)]
+    return json.dumps({"id": n, "items": items}).encode()
+
+
+def check_heavy(app: str, kind: str, server: Server, params: dict[str, Any]) -> str:
+    """Ask the heavy endpoint once and check its answer (wrk only counts status codes).
+
+    Returns the URL wrk loads; for FastAPI, ``server.body_file`` is set to the
+    body's file (POSTed by every wrk request).
+    """
+    if app != "fastapi":
+        n = params["primes_n"]
+        url = f"{server.base}/primes?n={n}"
+        got = json.loads(_get(url))
+        if got != {"n": n, "primes": params["primes_expected"]}:
+            raise AssertionError(f"/primes?n={n} answered {got}, expected "
+                                 f"{params['primes_expected']} primes")
+        return url
+    body = score_body(params["score_n"])
+    url = f"{server.base}/score"
+    got = json.loads(_get(url, body))
+    if (got.get("total"), got.get("best")) != (params["score_total"], params["score_best"]):
+        raise AssertionError(f"/score answered {got}, expected total {params['score_total']}")
+    # Where it ran: a worker interpreter of the server, or (other modes) an interpreter 0.
+    if kind == STREAMER and (got["interpreter_id"] == 0 or got["pid"] != server.proc.pid):
+        raise AssertionError(f"/score did not run in an interpreter of the server: {got}")
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+        f.write(body)
+    server.body_file = f.name
+    return url
 
 
 def contender(name: str):
     app, kind = split_name(name)
 
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
-        wrk, n, seconds = params["wrk"], params["primes_n"], params["seconds"]
+        wrk, seconds = params["wrk"], params["seconds"]
         server = Server(MODES[kind], params["server_loop"], _common.WORKERS,
                         params["stream_connections"], app)
         try:
             loop_line = server.wait_ready()
-            heavy_url = f"{server.base}/primes?n={n}"
             # One answer checked by hand; wrk then counts only status codes.
-            got = json.loads(_get(heavy_url))
-            if got != {"n": n, "primes": params["primes_expected"]}:
-                raise AssertionError(f"/primes?n={n} answered {got}, expected "
-                                     f"{params['primes_expected']} primes")
+            heavy_url = check_heavy(app, kind, server, params)
+            body = server.body_file
             if params["warmup_seconds"]:
                 run_wrks([_wrk_cmd(wrk, heavy_url, params["warmup_seconds"],
-                                   params["heavy_connections"])], params["warmup_seconds"])
+                                   params["heavy_connections"], body_file=body)],
+                         params["warmup_seconds"])
             with _common.Meter() as meter:
                 heavy, light = run_wrks([
-                    _wrk_cmd(wrk, heavy_url, seconds, params["heavy_connections"]),
+                    _wrk_cmd(wrk, heavy_url, seconds, params["heavy_connections"],
+                             body_file=body),
                     _wrk_cmd(wrk, f"{server.base}/ping", seconds, 1, latency=True,
                              delay_ms=params["light_delay_ms"]),
                 ], seconds)
@@ -411,7 +509,7 @@ def contender(name: str):
                 "info": f"examples/{app}_app.py --mode {MODES[kind]} --workers "
                         f"{_common.WORKERS}; {loop_line}",
             }
-            if kind == STREAMER:
+            if kind == STREAMER and app in STREAMING:
                 count, size = params["stream_count"], params["stream_size"]
                 url = f"{server.base}/stream?count={count}&size={size}"
                 head = _get(f"{server.base}/stream?count=2&size={size}")
@@ -435,8 +533,48 @@ def contender(name: str):
 # ----------------------------------------------------------------- the parent
 
 
+def _calibrate(fn: Any, n: int, target: float, low: int) -> tuple[int, float]:
+    """(n, seconds): the n for which fn(n) takes ~target seconds here, and its time."""
+    def best(n: int) -> float:
+        times = []
+        for _ in range(5):  # the fastest of 5: other load on the machine only slows
+            t0 = time.perf_counter()
+            fn(n)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    for _ in range(3):  # trial division costs ~n**1.5 (a little less: primes stop early)
+        n = max(low, int(n * (target / best(n)) ** (1 / 1.4)))
+    return n, best(n)
+
+
+def prepare_score(params: dict[str, Any]) -> dict[str, Any]:
+    """Calibrate FastAPI's /score body (validation and work) to ~heavy_ms here; its answer."""
+    sys.path.insert(0, os.path.dirname(APP))
+    try:
+        import _fastapi_work as score_work
+    finally:
+        sys.path.remove(os.path.dirname(APP))
+
+    def score(n: int) -> dict[str, Any]:
+        status, answer = score_work.score(score_body(n))
+        if status != 200:
+            raise AssertionError(f"_fastapi_work.score answered {status}: {answer!r}")
+        return dict(json.loads(answer))
+
+    n, seconds = _calibrate(score, 5_000, params["heavy_ms"] / 1000, 100)
+    answer = score(n)
+    params.update(score_items=SCORE_ITEMS, score_n=n, score_ms=round(seconds * 1000, 2),
+                  score_total=answer["total"], score_best=answer["best"])
+    return params
+
+
+_CHOSEN_APP = "both"  # --app, for prepare()
+
+
 def prepare(params: dict[str, Any]) -> dict[str, Any]:
-    """Find (or install) wrk, and calibrate /primes's n to ~heavy_ms of pure Python here."""
+    """Find (or install) wrk, and calibrate /primes's n (and /score's body, for FastAPI)
+    to ~heavy_ms of pure Python here."""
     params["wrk"] = find_wrk()
     version = subprocess.run([params["wrk"], "-v"], capture_output=True, text=True, timeout=10)
     params["wrk_version"] = (version.stdout or version.stderr).split("[")[0].strip()
@@ -447,21 +585,12 @@ def prepare(params: dict[str, Any]) -> dict[str, Any]:
     finally:
         sys.path.remove(os.path.dirname(APP))
 
-    def best(n: int) -> float:
-        times = []
-        for _ in range(5):  # the fastest of 5: other load on the machine only slows
-            t0 = time.perf_counter()
-            work.count_primes(n)
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    target = params["heavy_ms"] / 1000
-    n = 20_000
-    for _ in range(3):  # trial division costs ~n**1.5 (a little less: primes stop early)
-        n = max(1000, int(n * (target / best(n)) ** (1 / 1.4)))
+    n, seconds = _calibrate(work.count_primes, 20_000, params["heavy_ms"] / 1000, 1000)
     params["primes_n"] = n
-    params["primes_ms"] = round(best(n) * 1000, 2)
+    params["primes_ms"] = round(seconds * 1000, 2)
     params["primes_expected"] = work.count_primes(n)
+    if "fastapi" in APP_CHOICES.get(_CHOSEN_APP, (_CHOSEN_APP,)) and _fastapi_unavailable() is None:
+        prepare_score(params)
     return params
 
 
@@ -481,9 +610,11 @@ def _ms(x: float, digits: int = 2) -> str:
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+    apps = apps_in(list(results))
+    heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps)) or "/primes"
     load = _common.Table(["contender", "/ping p50 ms", "/ping p99 ms", "/ping max ms",
-                          "/ping req", "p99 / to_thread's", "/primes req/s",
-                          "req/s / to_thread's", "/primes p50 ms", "errors",
+                          "/ping req", "p99 / to_thread's", f"{heavy} req/s",
+                          "req/s / to_thread's", f"{heavy} p50 ms", "errors",
                           *_common.LOAD_HEADERS], heading="#### Under load")
     stream = _common.Table(["contender", "MiB/s", "min", "max", "streams done", "chunk",
                             *_common.LOAD_HEADERS], heading="#### Streaming")
@@ -519,27 +650,37 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                                                           anchor.get("light_p99_ms"))))
         load.set(name, 7, _common.fmt_ratio(_common.ratio(s["heavy_rps"],
                                                           anchor.get("heavy_rps"))))
-    apps = apps_in(list(results))
     targets = [t for app in apps for t in targets_of(summary, app)]
     seconds = params["seconds"]
     servers = {"aiohttp": f"examples/aiohttp_app.py on {params['server_loop']}",
-               "starlette": "examples/starlette_app.py under uvicorn (uvloop, httptools)"}
+               "starlette": "examples/starlette_app.py under uvicorn (uvloop, httptools)",
+               "fastapi": "examples/fastapi_app.py under uvicorn (uvloop, httptools)"}
+    work = []
+    if set(apps) & set(STREAMING):
+        work.append(f"/primes?n={params['primes_n']} counts primes in pure Python "
+                    f"(~{params['primes_ms']} ms here)")
+    if "fastapi" in apps and "score_n" in params:
+        work.append(f"POST /score: a JSON body of {params['score_items']} items of "
+                    f"n={params['score_n']}, validated by pydantic (model_validate_json, in the "
+                    "worker: InterpreterPool(fallback='copy') loads a private copy of "
+                    "pydantic-core in each interpreter), their primes counted, answered with "
+                    f"model_dump_json (~{params['score_ms']} ms here)")
     notes = [
-        f"Server: {' and '.join(servers[a] for a in apps)}, one fresh process per "
+        f"Server: {_and(servers[a] for a in apps)}, one fresh process per "
         f"contender (APP/MODE) and round; ratios are to the same app's to_thread; "
-        f"/primes?n={params['primes_n']} counts primes in pure Python (~{params['primes_ms']} "
-        f"ms here); {_common.WORKERS} workers in every mode.",
+        f"{'; '.join(work)}; {_common.WORKERS} workers in every mode.",
         f"Under load ({seconds} s, after {params['warmup_seconds']} s of warm-up): "
-        f"`{params['wrk_version']}` -t1 -c{params['heavy_connections']} on /primes, and at the "
+        f"`{params['wrk_version']}` -t1 -c{params['heavy_connections']} on {heavy}, and at the "
         f"same time -t1 -c1 --latency on /ping with a {params['light_delay_ms']} ms pause "
         "before each request. /ping percentiles are exact (wrk's histogram, done() hook), "
         "medians over rounds; max is the worst of all rounds; errors: socket errors and "
         "non-2xx answers of both wrks.",
-        f"Streaming ({params['stream_seconds']} s): -t1 -c{params['stream_connections']} on "
-        f"/stream?count={params['stream_count']}&size={params['stream_size']}: each request a "
-        f"chunked body of {params['stream_count']} chunks of {params['stream_size'] >> 10} KiB "
-        "produced in an interpreter and sent through open_channel(2); MiB/s = response bytes "
-        "read by wrk per second (its Transfer/sec).",
+        *([f"Streaming ({params['stream_seconds']} s): -t1 -c{params['stream_connections']} on "
+           f"/stream?count={params['stream_count']}&size={params['stream_size']}: each request a "
+           f"chunked body of {params['stream_count']} chunks of {params['stream_size'] >> 10} "
+           "KiB produced in an interpreter and sent through open_channel(2); MiB/s = response "
+           "bytes read by wrk per second (its Transfer/sec)."]
+          if set(apps) & set(STREAMING) else []),
         "CPU/wall includes wrk's own CPU time (it runs in the contender's process tree). "
         + _common.LOAD_NOTE,
         *load.infos,
@@ -556,7 +697,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 def draw_chart(path: str, summary: dict[str, dict[str, float]],
                targets: list[_common.Target], subtitle: str) -> None:
-    """Per app, a column of three panels: /ping p99 under load, /primes req/s, streaming MiB/s.
+    """Per app, a column of three panels: /ping p99 under load, heavy req/s, streaming MiB/s.
+
+    An app without /stream (FastAPI) says so in its third panel.
 
     ``targets`` are targets_of()'s for each app in ``summary`` (their names
     start with the app); each panel draws and states its app's.
@@ -568,42 +711,52 @@ def draw_chart(path: str, summary: dict[str, dict[str, float]],
     rows = max(len([k for k in MODES if contender_name(a, k) in summary]) for a in apps)
     fig = Figure(figsize=(11 * len(apps), 8.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
-    fig.suptitle(f"{' and '.join(APP_LABELS[a] for a in apps)} under wrk load: where the "
-                 "CPU-heavy endpoint /primes runs\n" + subtitle, fontsize=11)
+    heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps))
+    fig.suptitle(f"{_and(APP_LABELS[a] for a in apps)} under wrk load: where the "
+                 f"CPU-heavy endpoint {heavy} runs\n" + subtitle, fontsize=11)
     grid = fig.subplots(3, len(apps), height_ratios=[rows + 0.6, rows + 0.6, 1.8], squeeze=False)
     for column, app in enumerate(apps):
         mine = [t for t in targets if t.what.startswith(f"{app}: ")]
-        _draw_app(list(grid[:, column]), app, summary,
-                  mine if len(mine) == 3 else targets_of(summary, app))
-    fig.savefig(path, metadata={"Title": "bench_http: aiohttp and Starlette under wrk load"})
+        _draw_app(list(grid[:, column]), app, summary, mine or targets_of(summary, app))
+    names = " and ".join(APP_LABELS[a].split()[0] for a in apps)
+    fig.savefig(path, metadata={"Title": f"bench_http: {names} under wrk load"})
 
 
 def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
               targets: list[_common.Target]) -> None:
-    """The three panels of one app."""
+    """The three panels of one app (the third one empty but for a note without /stream)."""
     kinds = [k for k in MODES if contender_name(app, k) in summary]
     mine = {k: summary[contender_name(app, k)] for k in kinds}
     colours = ["tab:blue" if k.startswith("aiosubinterp") else "tab:gray" for k in kinds]
     anchor = mine.get(ANCHOR, {})
     # What the contender got of the machine: a reader of the picture alone
     # must see when other load left it less than 2 cores.
-    labels = [LABELS[k] + ("" if math.isnan(mine[k].get("cpu_per_wall", math.nan))
+    labels = [LABELS[k] + (",\nfallback='copy'" if (app, k) == ("fastapi", STREAMER) else "")
+              + ("" if math.isnan(mine[k].get("cpu_per_wall", math.nan))
                            else f"\nused {mine[k]['cpu_per_wall']:.2f} cores, others "
                                 f"{mine[k]['other_cores']:.2f}")
               for k in kinds]
-    light, heavy, streaming = targets
+    light, heavy = targets[:2]
+    route = HEAVY[app]
     _bars(axes[0], labels, [mine[k].get("light_p99_ms", math.nan) for k in kinds], colours,
           "ms", anchor.get("light_p99_ms", math.nan) * LIGHT_P99_MAX,
           f"target: <= {LIGHT_P99_MAX:g} x to_thread's p99 = {{limit}}", log=True)
-    _title(axes[0], f"{app}: /ping p99 latency while /primes is loaded (lower is better)",
+    _title(axes[0], f"{app}: /ping p99 latency while {route} is loaded (lower is better)",
            light)
     axes[0].set_xlabel(axes[0].get_xlabel() + "; used: cores of CPU time of the server and wrk "
                        "(medians), others: the rest of the machine")
     _bars(axes[1], labels, [mine[k].get("heavy_rps", math.nan) for k in kinds], colours,
           "req/s", anchor.get("heavy_rps", math.nan) * HEAVY_RPS_MIN,
           f"target: >= {HEAVY_RPS_MIN:g} x to_thread's = {{limit}}", log=False)
-    _title(axes[1], f"{app}: /primes requests per second under load (higher is better)",
+    _title(axes[1], f"{app}: {route} requests per second under load (higher is better)",
            heavy)
+    if len(targets) < 3:
+        axes[2].set_axis_off()
+        axes[2].text(0.5, 0.5, f"{app}: no /stream in this app (streaming is measured on the "
+                     "aiohttp and Starlette apps)", ha="center", va="center", fontsize=10,
+                     transform=axes[2].transAxes)
+        return
+    streaming = targets[2]
     _bars(axes[2], ["aiosubinterp InterpreterPool(2):\n/stream, 1 MiB chunks\nthrough a channel"],
           [mine.get(STREAMER, {}).get("stream_mib_s", math.nan)], ["tab:blue"], "MiB/s",
           STREAM_MIB_S_MIN, f"target: >= {STREAM_MIB_S_MIN:g} MB/s, drawn at {{limit}} (stricter)",
@@ -670,9 +823,9 @@ def _chart_option() -> str | None:
 
 
 def _app_option() -> str:
-    """--app aiohttp|starlette|both, removed from sys.argv before _common parses it."""
+    """--app aiohttp|starlette|fastapi|both|all, removed from sys.argv before _common parses it."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--app", choices=("aiohttp", "starlette", "both"), default="both")
+    parser.add_argument("--app", choices=(*APPS, *APP_CHOICES), default="both")
     known, rest = parser.parse_known_args()
     sys.argv[1:] = rest
     return str(known.app)
@@ -688,14 +841,18 @@ def _subtitle(params: dict[str, Any]) -> str:
 
 def main() -> int:
     chart = _chart_option()
+    global _CHOSEN_APP
+    app = _CHOSEN_APP = _app_option()
     # A child is asked for one contender by name, without --app: it knows them all.
-    app = _app_option()
     child = "--contender" in sys.argv
+    apps = APP_CHOICES.get(app, (app,))
+    heavy = ", ".join(dict.fromkeys(HEAVY[a] for a in apps))
+    names = {"aiohttp": "aiohttp", "starlette": "Starlette", "fastapi": "FastAPI"}
     code = _common.main(
         doc=__doc__,
-        title="bench_http: aiohttp and Starlette under wrk: /ping latency, /primes req/s, "
-              "/stream MiB/s",
-        contenders={name: contender(name) for name in contender_names(app)},
+        title=f"bench_http: {_and(names[a] for a in apps)} under wrk: /ping latency, "
+              f"{heavy} req/s" + (", /stream MiB/s" if set(apps) & set(STREAMING) else ""),
+        contenders={name: contender(name) for name in contender_names("all" if child else app)},
         full={"seconds": 7, "warmup_seconds": 1, "heavy_ms": 10, "heavy_connections": 8,
               "light_delay_ms": 5, "stream_seconds": 5, "stream_connections": 2,
               "stream_count": 256, "stream_size": 1 << 20, "rounds": 2},

@@ -65,7 +65,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import importlib.util
 import itertools
 import json
 import os
@@ -75,7 +74,7 @@ from typing import Any
 
 import _web_work as work
 import uvicorn
-from _web_modes import add_arguments, check_mode, enter_cpu
+from _web_modes import add_arguments, check_mode, enter_cpu, server_options
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -355,19 +354,6 @@ class Server(uvicorn.Server):
         assert isinstance(app, Starlette), "Server serves the app of make_app()"
         app.state.streams.end_all()
         await super().shutdown(sockets=sockets)
-
-
-def server_options() -> tuple[str, str]:
-    """uvicorn's loop and http options: uvloop and httptools when installed."""
-    loop, http = "uvloop", "httptools"
-    if importlib.util.find_spec("uvloop") is None:
-        print("note: uvloop is not installed: serving on asyncio's event loop", flush=True)
-        loop = "asyncio"
-    if importlib.util.find_spec("httptools") is None:
-        print("note: httptools is not installed: serving with h11 (uvicorn's pure-Python "
-              "HTTP parser)", flush=True)
-        http = "h11"
-    return loop, http
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -250,8 +250,12 @@ def test_http_contender_names(bench_http):
     assert bench_http.contender_names("both") == both
     assert bench_http.contender_names("starlette") == both[4:]
     assert bench_http.contender_names("aiohttp") == both[:4]
+    fastapi = bench_http.contender_names("fastapi")
+    assert fastapi == [n.replace("aiohttp/", "fastapi/") for n in both[:4]]
+    assert bench_http.contender_names("all") == both + fastapi
     with pytest.raises(ValueError, match="unknown app 'django'"):
         bench_http.contender_names("django")
+    assert bench_http.split_name("fastapi/aiosubinterp") == ("fastapi", "aiosubinterp")
     assert bench_http.split_name("starlette/aiosubinterp") == ("starlette", "aiosubinterp")
     for bad in ("aiosubinterp", "flask/to_thread", "aiohttp/threads"):
         with pytest.raises(ValueError, match="not a bench_http contender"):
@@ -269,6 +273,19 @@ def test_http_app_option(bench_http, monkeypatch):
     assert bench_http._app_option() == "starlette"
     assert sys.argv == ["bench_http.py", "--quick", "--only", "starlette/to_thread"]
     assert bench_http._app_option() == "both"  # the default; a child gets no --app
+    monkeypatch.setattr(sys, "argv", ["bench_http.py", "--app", "all"])
+    assert bench_http._app_option() == "all"
+
+
+def test_http_fastapi_posts_a_calibrated_body(bench_http, tmp_path):
+    body = json.loads(bench_http.score_body(1234))
+    assert body["id"] == 1234 and len(body["items"]) == bench_http.SCORE_ITEMS
+    assert {item["n"] for item in body["items"]} == {1234}
+    cmd = bench_http._wrk_cmd("wrk", "http://h/score", 2, 8, body_file=str(tmp_path / "b"))
+    assert cmd[-3:] == ["--", "0", str(tmp_path / "b")]  # the Lua script POSTs that file
+    assert bench_http._wrk_cmd("wrk", "http://h/ping", 2, 1, delay_ms=5)[-2:] == ["--", "5"]
+    lua = pathlib.Path(bench_http.LUA).read_text()
+    assert 'wrk.method = "POST"' in lua and "application/json" in lua
 
 
 def test_http_targets(bench_http):
@@ -297,18 +314,26 @@ def test_http_targets(bench_http):
     assert [t.verdict for t in bench_http.targets_of(only_ours)] == ["n/a", "n/a", "MISS"]
     assert [t.verdict for t in bench_http.targets_of(only_ours, "starlette")] == ["n/a"] * 3
     assert [t.verdict for t in bench_http.targets_of({})] == ["n/a"] * 3
+    # FastAPI's heavy endpoint is POST /score, and it has no /stream: two targets.
+    summary.update({"fastapi/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+                    "fastapi/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0}})
+    light, heavy = bench_http.targets_of(summary, "fastapi")
+    assert light.what == "fastapi: /ping p99 while /score is loaded / to_thread's"
+    assert heavy.what == "fastapi: /score req/s under load / to_thread's"
+    assert (light.verdict, heavy.verdict) == ("PASS", "PASS")
 
 
 def _http_summary(app):
+    streams = {} if app == "fastapi" else {"stream_mib_s": 650.0}
     return {f"{app}/inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
             f"{app}/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
             f"{app}/aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
-            f"{app}/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0,
-                                    "stream_mib_s": 650.0}}
+            f"{app}/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0, **streams}}
 
 
-@pytest.mark.parametrize("apps", [["aiohttp"], ["starlette"], ["aiohttp", "starlette"]],
-                         ids=["aiohttp", "starlette", "both"])
+@pytest.mark.parametrize("apps", [["aiohttp"], ["starlette"], ["aiohttp", "starlette"],
+                                  ["fastapi"], ["aiohttp", "starlette", "fastapi"]],
+                         ids=["aiohttp", "starlette", "both", "fastapi", "all"])
 def test_http_chart_stands_alone(bench_http, tmp_path, apps):
     summary = {k: v for app in apps for k, v in _http_summary(app).items()}
     targets = [t for app in apps for t in bench_http.targets_of(summary, app)]
