@@ -519,8 +519,9 @@ class InterpreterPool(_Engine):
             such a library loads; numpy imported earlier in main keeps its
             threads). CPython 3.13+ with the GIL: on 3.12 and free-threaded
             builds it is a ValueError (3.12.1 aborted at exit after copies in
-            two interpreters; free-threaded builds cannot lift the check). ``"process"``: a task whose module refuses runs
-            again on a worker process (a ProcessPool of the same size, made on
+            two interpreters; free-threaded builds cannot lift the check).
+            ``"process"``: a task whose module refuses runs again on a worker
+            process (a ProcessPool of the same size, made on
             first need); a FallbackWarning says so once per module, and later
             tasks of that function's module go straight to the processes.
             ``("copy", "process")``: a private copy where the binaries allow it,
