@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import textwrap
 
@@ -312,3 +314,21 @@ def test_without_fallback_the_refusal_names_the_copy_fallback(tmp_path):
     """)
     assert "fallback='copy'" in reports["refused"]
     assert "fallback=('copy', 'process')" in reports["refused"]
+
+
+@needs_copies
+def test_numpy_in_interpreters_example_runs():
+    # The example runs numpy in interpreters from private copies: a process of its own.
+    proc = subprocess.run([sys.executable, os.path.join(childproc.ROOT, "examples",
+                                                        "numpy_in_interpreters.py")],
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": childproc.ROOT})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, proc.stdout
+    row = (r"{}: \d+ tasks/s, same results: True, in this process: {}, "
+           r"16 MiB array \* 2: [\d.]+ ms, correct: True")
+    assert re.fullmatch(row.format(re.escape('interpreters (fallback="copy")'), "True"), lines[0])
+    assert re.fullmatch(r"private copies: [1-9]\d* files, \d+ MiB on disk", lines[1])
+    assert re.fullmatch(row.format(re.escape("processes (ProcessPool)"), "False"), lines[2])
+    assert re.fullmatch(row.format(re.escape("threads (asyncio.to_thread)"), "True"), lines[3])
