@@ -131,19 +131,23 @@ def contender(kind: str):
 
                 a = np.random.default_rng(0).random(ARRAY_ITEMS)
                 arrays: dict[str, list[float]] = {}
+                array_errors: dict[str, str] = {}
                 for op, fn, factor in (("double", _numpywork.double, 2.0),
                                        ("echo", _numpywork.echo, 1.0)):
                     samples = []
-                    for i in range(params["array_warmup"] + params["array_calls"]):
-                        c0 = time.perf_counter_ns()
-                        r = await runner.run(fn, a)
-                        ns = time.perf_counter_ns() - c0
-                        if (r.shape != a.shape or r.dtype != a.dtype or r[0] != a[0] * factor
-                                or r[-1] != a[-1] * factor):
-                            raise AssertionError(f"{op}: a wrong array came back")
-                        del r
-                        if i >= params["array_warmup"]:
-                            samples.append(ns / 1e6)
+                    try:
+                        for i in range(params["array_warmup"] + params["array_calls"]):
+                            c0 = time.perf_counter_ns()
+                            r = await runner.run(fn, a)
+                            ns = time.perf_counter_ns() - c0
+                            if (r.shape != a.shape or r.dtype != a.dtype
+                                    or r[0] != a[0] * factor or r[-1] != a[-1] * factor):
+                                raise AssertionError(f"{op}: a wrong array came back")
+                            del r
+                            if i >= params["array_warmup"]:
+                                samples.append(ns / 1e6)
+                    except Exception as exc:  # noqa: BLE001 - shown in the table; the rest stands
+                        array_errors[op] = f"{type(exc).__name__}: {exc}"
                     arrays[op] = samples
                 info = runner.info
             expected = [_numpywork.window_features(s) for s in range(SEEDS)]
@@ -156,8 +160,7 @@ def contender(kind: str):
                 meters, tasks, info, cold_ms=cold_ms, workers_seen=distinct,
                 children=children, warm_added_kib=warm_pss - before_pss,
                 warm_rss_added_kib=warm_rss - before_rss, after_added_kib=after_pss - before_pss,
-                double_ms=arrays["double"],
-                echo_ms=arrays["echo"])
+                double_ms=arrays["double"], echo_ms=arrays["echo"], array_errors=array_errors)
 
         return _common.run_async(body, loop)
 
@@ -188,6 +191,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
          "p99 ms", "cold start p50 ms", "p25", "p75"],
         heading="A 16 MiB float64 array in and out; pool creation to the first numpy result")
     stats: dict[str, dict[str, float]] = {}
+    array_notes: list[str] = []
     for name, good in table.each(results, also=(table2,)):
         rates = _common.collect(good, "rate")
         warm = [k / 1024 for k in _common.collect(good, "warm_added_kib")]
@@ -207,6 +211,12 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                   *_common.load_cells(good))
         table2.add(name, *_common.latency_cells(double, 2), "",
                    *_common.latency_cells(echo, 2), *_common.quartile_cells(cold, 1))
+        for op, column in (("double", 1), ("echo", 4)):
+            failed = [r["array_errors"][op] for r in good if op in r.get("array_errors", {})]
+            if failed:
+                table2.set(name, column, "error (see notes)")
+                array_notes.append(f"{name}: 16 MiB {op} failed in {len(failed)} round(s): "
+                                   f"{_common.error_cell(failed[0], 300)[7:]}")
     anchor = stats.get(ANCHOR, {})
     for name, s in stats.items():
         table.set(name, 4, _common.fmt_ratio(_common.ratio(s["tasks_per_s"],
@@ -270,6 +280,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "aiosubinterp-copy: its files are copied then). p25/p75 over rounds.",
         f"native thread pools: OPENBLAS_NUM_THREADS (and OMP, MKL, ...) = "
         f"{params['native_threads']} in every contender, set before numpy loads.",
+        *array_notes,
         _common.LOAD_NOTE,
         *table.infos,
     ]
