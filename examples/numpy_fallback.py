@@ -5,6 +5,8 @@ numpy refuses to load in a subinterpreter with its own GIL. With
 ModuleRefusedError in its interpreter), says so once with a FallbackWarning,
 and runs that call and every later call of this module's functions on
 worker processes; pure-Python calls of other modules stay on interpreters.
+``examples/numpy_in_interpreters.py`` runs numpy *inside* interpreters
+instead (``fallback="copy"``: a private copy of numpy per interpreter).
 
 Run: ``python examples/numpy_fallback.py``
 """

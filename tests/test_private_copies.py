@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import textwrap
 
@@ -375,3 +377,21 @@ def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind
     errors, left = reports["at_once"]
     assert errors == [] and left == 0
     assert reports["uvloop"].partition(".")[0] == "uvloop"
+
+
+@needs_copies
+def test_numpy_in_interpreters_example_runs():
+    # The example runs numpy in interpreters from private copies: a process of its own.
+    proc = subprocess.run([sys.executable, os.path.join(childproc.ROOT, "examples",
+                                                        "numpy_in_interpreters.py")],
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": childproc.ROOT})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, proc.stdout
+    row = (r"{}: \d+ tasks/s, same results: True, in this process: {}, "
+           r"16 MiB array \* 2: [\d.]+ ms, correct: True")
+    assert re.fullmatch(row.format(re.escape('interpreters (fallback="copy")'), "True"), lines[0])
+    assert re.fullmatch(r"private copies: [1-9]\d* files, \d+ MiB on disk", lines[1])
+    assert re.fullmatch(row.format(re.escape("processes (ProcessPool)"), "False"), lines[2])
+    assert re.fullmatch(row.format(re.escape("threads (asyncio.to_thread)"), "True"), lines[3])

@@ -142,7 +142,7 @@ async def test_a_dead_worker_releases_its_channel_ends():
 
 
 def test_bad_fallback_value():
-    with pytest.raises(ValueError, match=r"fallback must be None .* or 'process' .*, got 'thread'"):
+    with pytest.raises(ValueError, match=r"fallback must be None .*, 'process' .*, got 'thread'"):
         asi.InterpreterPool(1, fallback="thread")
     with pytest.raises(ValueError, match="fallback must be"):
         asi.InterpreterPool(1, fallback=True)
