@@ -17,7 +17,7 @@ there by its name from ``concurrent.futures``: for ours, the child's script
 first puts ours under that name.
 
 The few deliberate differences are listed in DIFFERENCES with the reason
-(the README's executor section lists them too); those tests are reported as
+(docs/how-to/executor.md lists them too); those tests are reported as
 xfail, and as a failure if they start passing.
 """
 

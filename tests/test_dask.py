@@ -332,7 +332,7 @@ def test_processes_worker_with_the_preload_module(tmp_path):
 
 
 def test_dask_worker_command_with_the_preload_and_its_options():
-    """The README's `dask worker ... --preload aiosubinterp.dask_preload --interpreters N`."""
+    """docs/tutorials/dask.md: `dask worker ... --preload aiosubinterp.dask_preload`."""
     dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
     main = _core.main_interpreter_id()
     with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp",

@@ -299,6 +299,7 @@ def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
     assert crashes == shimmed, (
         f"CPython {sys.version.split()[0]}: two interpreters importing datetime "
         f"{'crash' if crashes else 'do not crash'} (exit {proc.returncode}), but the _datetime "
-        f"shim is {'on' if shimmed else 'off'}: update _quirks's blocked modules and the README")
+        f"shim is {'on' if shimmed else 'off'}: update _quirks's blocked modules and "
+        "docs/explanation/cpython-bugs.md")
     if crashes:
         assert proc.returncode < 0, proc  # a signal (SIGSEGV/SIGABRT), not a Python error

@@ -337,7 +337,7 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
 def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     # uvloop issue 650: uvloop spawns with its own fork+exec; with interpreters
     # alive, the child can crash before exec. This records what happens on
-    # this machine; the README documents the workaround (asyncio's loop, or
+    # this machine; docs/explanation/limits.md documents the workaround (asyncio's loop, or
     # subprocess in a thread) either way. What must hold: the parent survives.
     pytest.importorskip("uvloop")
     proc = run_script(tmp_path, """
@@ -370,7 +370,7 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     # Measured with uvloop 0.2x: every spawned child dies before exec, in
     # CPython's after-fork code: abort (-6) on 3.12.1 and 3.13.x, segfault
     # (-11) on 3.14.10 and 3.15.2, and on the free-threaded 3.13.15t.
-    # Documented in the README's Limits.
+    # Documented in docs/explanation/limits.md (and the README's Limits).
     codes = eval(lines[0].split(" ", 1)[1])
     segfaults = sys.version_info >= (3, 14) or sysconfig.get_config_var("Py_GIL_DISABLED")
     child_deaths = {-signal.SIGSEGV} if segfaults else {-signal.SIGABRT}
