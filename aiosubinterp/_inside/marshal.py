@@ -371,9 +371,11 @@ def function_from_code(module: str, package: str | None, qualname: str, code: by
 class _ValueFunction:
     """An interactively defined function, crossing by value (cloudpickle's bytes).
 
-    Pickles as a call of ``function_from_value`` in the receiving interpreter,
-    which loads the bytes with the standard pickle (cloudpickle must be
-    importable there too: workers share main's sys.path).
+    A call payload carries the bytes alone, as its target (bytes cross
+    natively, and a worker calls ``function_from_value`` for a bytes target);
+    pickled elsewhere, it is a call of ``function_from_value`` there. That
+    loads the bytes with the standard pickle (cloudpickle must be importable
+    there too: workers share main's sys.path).
     """
 
     __slots__ = ("data", "fn")
@@ -392,12 +394,23 @@ class _ValueFunction:
         return f"<{getattr(self.fn, '__qualname__', self.fn)!r} by value>"
 
 
-def function_from_value(data: bytes) -> object:
-    """Rebuild a function sent by ``by_value``."""
-    return (_pickle or _load_pickle()).loads(data)
+# In a worker: the bytes of a function sent by value -> that function, so a
+# task of a map does not rebuild it (cloudpickle's loading is ~10-60 us).
+_loaded: dict[bytes, object] = {}
 
 
-# fn -> (pickled bytes, the globals it used then, by name): a map over 10k
+def function_from_value(data: bytes) -> "Any":
+    """Rebuild a function sent by ``by_value`` (once per distinct pickle in this interpreter)."""
+    fn = _loaded.get(data)
+    if fn is None:
+        fn = (_pickle or _load_pickle()).loads(data)
+        if len(_loaded) >= 256:
+            _loaded.clear()
+        _loaded[data] = fn
+    return fn
+
+
+# fn -> (its stand-in, the globals it used then, by name): a map over 10k
 # items pickles its function once. A global rebound since (a notebook cell run
 # again) pickles it anew; one mutated in place is not seen (the copy is taken
 # when the function is first sent, as by Dask).
@@ -420,6 +433,9 @@ def by_value(fn: object) -> _ValueFunction | None:
     cannot be pickled.
     """
     global _by_value
+    stand_in = _cached_by_value(fn)
+    if stand_in is not None:
+        return stand_in
     if not _is_interactive(fn):
         return None
     if _by_value is None:
@@ -428,11 +444,6 @@ def by_value(fn: object) -> _ValueFunction | None:
         _by_value = weakref.WeakKeyDictionary()
     globs: dict[str, object] = fn.__globals__  # type: ignore[attr-defined]
     code = fn.__code__  # type: ignore[attr-defined]
-    cached = _by_value.get(fn)
-    if cached is not None:
-        data, used = cached
-        if all(globs.get(name, used) is value for name, value in used):
-            return _ValueFunction(fn, data)
     try:
         import cloudpickle
     except ImportError:
@@ -442,8 +453,24 @@ def by_value(fn: object) -> _ValueFunction | None:
         data = cloudpickle.dumps(fn, protocol=5)
     except Exception as exc:  # any pickling failure: name the part that failed
         raise _explain_by_value(fn, used, exc, cloudpickle) from exc
-    _by_value[fn] = (data, used)
-    return _ValueFunction(fn, data)
+    stand_in = _ValueFunction(fn, data)
+    _by_value[fn] = (stand_in, used)
+    return stand_in
+
+
+def _cached_by_value(fn: object) -> _ValueFunction | None:
+    """fn's stand-in from an earlier call, unless a global it uses was rebound since."""
+    if _by_value is None or type(fn) is not _FunctionType:
+        return None
+    cached = _by_value.get(fn)
+    if cached is None:
+        return None
+    stand_in, used = cached
+    globs = fn.__globals__
+    for name, value in used:
+        if globs.get(name, used) is not value:
+            return None
+    return stand_in
 
 
 def _explain_by_value(fn: object, used: tuple[tuple[str, object], ...], error: BaseException,
@@ -491,6 +518,9 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
     """
     ref = _refs.get(fn) if type(fn) is _FunctionType else None
     if ref is None:
+        sent_by_value = _cached_by_value(fn)
+        if sent_by_value is not None:  # its bytes cross natively, with no pickling
+            return (None, sent_by_value.data, args, tuple(kwargs.items()) if kwargs else ())
         if not callable(fn):
             raise TypeError(
                 f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
@@ -507,6 +537,9 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
             else:
                 if ref is None:
                     stand_in = by_value(fn)
+            if stand_in is not None:  # by value: its bytes cross natively
+                return (None, stand_in.data, args,  # type: ignore[attr-defined]
+                        tuple(kwargs.items()) if kwargs else ())
         if stand_in is not None:
             return (None, stand_in, args, tuple(kwargs.items()) if kwargs else ())
         if ref is not None and type(fn) is _FunctionType:
