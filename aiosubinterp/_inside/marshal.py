@@ -515,6 +515,9 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
     With nested=True a function defined inside another function that
     captures nothing crosses as its code (``by_code``); otherwise it is
     refused like a closure (InterpreterPool's and ProcessPool's rule today).
+    A function defined interactively (``by_value``) crosses as cloudpickle's
+    bytes in the target's place; a worker loads a bytes target with
+    ``function_from_value``.
     """
     ref = _refs.get(fn) if type(fn) is _FunctionType else None
     if ref is None:
