@@ -65,6 +65,9 @@ EXTRAS ?= test,bench,demo
 # The refusing extensions fallback="copy" is tested with: no free-threaded
 # (3.13t) wheels exist for orjson, lxml or msgspec, so those venvs go without.
 COPIES_EXTRA ?= ,copies
+# The Jupyter kernel test's packages: tornado has no free-threaded (3.13t)
+# wheels, so those venvs go without (the test skips there).
+KERNEL_EXTRA ?= ,kernel
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Backstop for a hang that pytest-timeout cannot interrupt (a deadlock in C
@@ -122,7 +125,7 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 	    echo "creating .venv-$* with $$py ($$("$$py" -V))"; \
 	    "$$py" -m venv --clear .venv-$*; \
 	fi
-	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' '$(EXTRAS)$(if $(findstring t,$*),,$(COPIES_EXTRA))' > .venv-$*/requirements.txt
+	.venv-$*/bin/python -c '$(REQUIREMENTS_PY)' '$(EXTRAS)$(if $(findstring t,$*),,$(COPIES_EXTRA)$(KERNEL_EXTRA))' > .venv-$*/requirements.txt
 	.venv-$*/bin/python -m pip install $(if $(findstring t,$*),--prefer-binary) -r .venv-$*/requirements.txt
 	@touch $@
 

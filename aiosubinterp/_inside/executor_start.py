@@ -49,7 +49,8 @@ def start(thread_name_prefix: str, initializer: tuple[Any, ...] | None) -> None:
         return
     module, target, args, kw = initializer
     if module is None:
-        fn = target
+        # bytes: a function sent by value (marshal.by_value)
+        fn = _marshal.function_from_value(target) if type(target) is bytes else target
     else:
         mod = (_marshal.main_importer() if module == "__main__"  # type: ignore[misc]
                else importlib.import_module(module))

@@ -10,6 +10,11 @@ under the name ``__aiosubinterp_main__``, as multiprocessing's spawn does.
 A function defined inside another function that captures nothing (no
 closure) crosses as its code object, bound in the worker to the globals of
 its module there (see ``by_code``).
+
+A function no worker can import by name, because it was defined in an
+interactive session (Jupyter, the REPL, ``python -c``, stdin), crosses by
+value: pickled with cloudpickle (its code and the globals it uses), once per
+function object, and loaded in the worker by plain pickle (see ``by_value``).
 """
 
 import sys
@@ -31,7 +36,7 @@ _FunctionType = type(_plain_function)
 _BuiltinFunctionType = type(len)
 _CodeType = type(_plain_function.__code__)
 
-__all__ = ["MAIN_ALIAS", "by_code", "call_payload", "dumps", "dumps_ends", "dumps_oob",
+__all__ = ["MAIN_ALIAS", "by_code", "by_value", "call_payload", "dumps", "dumps_ends", "dumps_oob",
            "function_ref", "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
@@ -221,14 +226,36 @@ def function_ref(fn: object) -> tuple[str, str] | None:
         return None
     if found is not fn:
         return None
-    if module == "__main__" and main_importer is None:
-        main = sys.modules["__main__"]
-        if getattr(main, "__file__", None) is None and getattr(main, "__spec__", None) is None:
-            raise NotShareableError(
-                f"cannot send {qualname!r}: it is defined in an interactive session, which a "
-                "worker interpreter cannot import. Put it in a module (a .py file) and import it."
-            )
+    if module == "__main__" and main_importer is None and _main_is_interactive():
+        raise NotShareableError(
+            f"cannot send {qualname!r}: it is defined in an interactive session, which a "
+            "worker interpreter cannot import. Put it in a module (a .py file) and import it, "
+            "or install cloudpickle (pip install cloudpickle) to send it by value."
+        )
     return module, qualname
+
+
+def _main_is_interactive() -> bool:
+    """Whether __main__ has no file a worker could import (the REPL, ``python -c``, stdin)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)  # "<stdin>" for `python -`
+    return getattr(main, "__spec__", None) is None and not (
+        isinstance(path, str) and path.endswith(".py"))
+
+
+def _is_interactive(fn: object) -> bool:
+    """Whether fn was defined where no worker can import it: a Jupyter cell, the REPL,
+    ``python -c`` or stdin (by its code's file name, or by a __main__ without a file)."""
+    if type(fn) is not _FunctionType:
+        return False
+    filename = fn.__code__.co_filename
+    if filename.startswith("<"):  # <stdin>, <string>, <console>, <ipython-input-1-...>
+        return not filename.startswith("<frozen")
+    if "ipykernel_" in filename:  # ipykernel's cells: /tmp/ipykernel_<pid>/<hash>.py
+        import re
+
+        return re.search(r"ipykernel_\d+[/\\]\d+\.py$", filename) is not None
+    return fn.__module__ == "__main__" and main_importer is None and _main_is_interactive()
 
 
 class _CodeFunction:
@@ -341,6 +368,141 @@ def function_from_code(module: str, package: str | None, qualname: str, code: by
     return fn
 
 
+class _ValueFunction:
+    """An interactively defined function, crossing by value (cloudpickle's bytes).
+
+    A call payload carries the bytes alone, as its target (bytes cross
+    natively, and a worker calls ``function_from_value`` for a bytes target);
+    pickled elsewhere, it is a call of ``function_from_value`` there. That
+    loads the bytes with the standard pickle (cloudpickle must be importable
+    there too: workers share main's sys.path).
+    """
+
+    __slots__ = ("data", "fn")
+
+    def __init__(self, fn: object, data: bytes) -> None:
+        self.fn = fn
+        self.data = data
+
+    def __reduce__(self):
+        return function_from_value, (self.data,)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.fn(*args, **kwargs)  # type: ignore[operator]
+
+    def __repr__(self) -> str:
+        return f"<{getattr(self.fn, '__qualname__', self.fn)!r} by value>"
+
+
+# In a worker: the bytes of a function sent by value -> that function, so a
+# task of a map does not rebuild it (cloudpickle's loading is ~10-60 us).
+_loaded: dict[bytes, object] = {}
+
+
+def function_from_value(data: bytes) -> "Any":
+    """Rebuild a function sent by ``by_value`` (once per distinct pickle in this interpreter)."""
+    fn = _loaded.get(data)
+    if fn is None:
+        fn = (_pickle or _load_pickle()).loads(data)
+        if len(_loaded) >= 256:
+            _loaded.clear()
+        _loaded[data] = fn
+    return fn
+
+
+# fn -> (its stand-in, the globals it used then, by name): a map over 10k
+# items pickles its function once. A global rebound since (a notebook cell run
+# again) pickles it anew; one mutated in place is not seen (the copy is taken
+# when the function is first sent, as by Dask).
+_by_value: "Any" = None
+
+
+def _global_names(code: "types.CodeType") -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, _CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def by_value(fn: object) -> _ValueFunction | None:
+    """A stand-in carrying fn pickled by value when it is an interactively defined
+    function (see ``_is_interactive``) and cloudpickle is installed, else None.
+
+    Raises NotShareableError naming the global (or captured variable) that
+    cannot be pickled.
+    """
+    global _by_value
+    stand_in = _cached_by_value(fn)
+    if stand_in is not None:
+        return stand_in
+    if not _is_interactive(fn):
+        return None
+    if _by_value is None:
+        import weakref
+
+        _by_value = weakref.WeakKeyDictionary()
+    globs: dict[str, object] = fn.__globals__  # type: ignore[attr-defined]
+    code = fn.__code__  # type: ignore[attr-defined]
+    try:
+        import cloudpickle
+    except ImportError:
+        return None
+    used = tuple((name, globs[name]) for name in sorted(_global_names(code)) if name in globs)
+    try:
+        data = cloudpickle.dumps(fn, protocol=5)
+    except Exception as exc:  # any pickling failure: name the part that failed
+        raise _explain_by_value(fn, used, exc, cloudpickle) from exc
+    stand_in = _ValueFunction(fn, data)
+    _by_value[fn] = (stand_in, used)
+    return stand_in
+
+
+def _cached_by_value(fn: object) -> _ValueFunction | None:
+    """fn's stand-in from an earlier call, unless a global it uses was rebound since."""
+    if _by_value is None or type(fn) is not _FunctionType:
+        return None
+    cached = _by_value.get(fn)
+    if cached is None:
+        return None
+    stand_in, used = cached
+    globs = fn.__globals__
+    for name, value in used:
+        if globs.get(name, used) is not value:
+            return None
+    return stand_in
+
+
+def _explain_by_value(fn: object, used: tuple[tuple[str, object], ...], error: BaseException,
+                      cloudpickle: "Any") -> BaseException:
+    from aiosubinterp._errors import NotShareableError
+
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    cells = fn.__closure__ or ()  # type: ignore[attr-defined]
+    freevars = fn.__code__.co_freevars  # type: ignore[attr-defined]
+    parts = [(f"the global {n!r}", v) for n, v in used]
+    for var, cell in zip(freevars, cells, strict=False):
+        try:
+            parts.append((f"the variable {var!r} it captures", cell.cell_contents))
+        except ValueError:  # an empty cell
+            pass
+    defaults = fn.__defaults__ or ()  # type: ignore[attr-defined]
+    parts += [(f"default value {i}", v) for i, v in enumerate(defaults)]
+    culprit, reason = "a part of it", error
+    for label, value in parts:
+        try:
+            cloudpickle.dumps(value, protocol=5)
+        except Exception as exc:  # noqa: BLE001
+            culprit, reason = f"{label} ({type(value).__name__})", exc
+            break
+    return NotShareableError(
+        f"cannot send {name!r} by value to an interpreter: it is defined in an interactive "
+        f"session, so it crosses with the globals it uses, and {culprit} cannot be pickled: "
+        f"{type(reason).__name__}: {reason}. Create such objects inside the function (or "
+        "pass them as arguments that can cross), or put the function in a module."
+    )
+
+
 # fn -> (module, qualname) for plain functions already checked: resolving a
 # reference walks sys.modules and attributes, a visible cost per small task.
 _refs: dict[object, tuple[str, str]] = {}
@@ -353,16 +515,36 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
     With nested=True a function defined inside another function that
     captures nothing crosses as its code (``by_code``); otherwise it is
     refused like a closure (InterpreterPool's and ProcessPool's rule today).
+    A function defined interactively (``by_value``) crosses as cloudpickle's
+    bytes in the target's place; a worker loads a bytes target with
+    ``function_from_value``.
     """
     ref = _refs.get(fn) if type(fn) is _FunctionType else None
     if ref is None:
+        sent_by_value = _cached_by_value(fn)
+        if sent_by_value is not None:  # its bytes cross natively, with no pickling
+            return (None, sent_by_value.data, args, tuple(kwargs.items()) if kwargs else ())
         if not callable(fn):
             raise TypeError(
                 f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
-        stand_in = by_code(fn) if nested else None
+        from aiosubinterp._errors import NotShareableError
+
+        stand_in: object = by_code(fn) if nested else None
+        if stand_in is None:
+            try:
+                ref = function_ref(fn)
+            except NotShareableError:
+                stand_in = by_value(fn)  # defined interactively: by value, if it can be
+                if stand_in is None:
+                    raise
+            else:
+                if ref is None:
+                    stand_in = by_value(fn)
+            if stand_in is not None:  # by value: its bytes cross natively
+                return (None, stand_in.data, args,  # type: ignore[attr-defined]
+                        tuple(kwargs.items()) if kwargs else ())
         if stand_in is not None:
             return (None, stand_in, args, tuple(kwargs.items()) if kwargs else ())
-        ref = function_ref(fn)
         if ref is not None and type(fn) is _FunctionType:
             if len(_refs) >= 1024:
                 _refs.clear()
@@ -380,7 +562,8 @@ def explain_unshareable(fn: object, args: tuple[object, ...], kwargs: dict[str, 
 
     name = getattr(fn, "__qualname__", None) or repr(fn)
     parts: list[tuple[str, object]] = []
-    if (by_code(fn) is None or not nested) and function_ref(fn) is None:
+    if (by_code(fn) is None or not nested) and not _is_interactive(fn) \
+            and function_ref(fn) is None:
         parts.append((f"the callable {name!r}", fn))
     parts += [(f"argument {i} of {name}() ({type(a).__name__})", a) for i, a in enumerate(args)]
     parts += [(f"keyword argument {k!r} of {name}() ({type(v).__name__})", v)

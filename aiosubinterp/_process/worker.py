@@ -167,7 +167,12 @@ class _State:
 
     def call(self, payload: tuple[Any, ...]) -> object:
         module, target, args, kw = payload
-        fn = target if module is None else self.resolve(module, target)
+        if module is not None:
+            fn = self.resolve(module, target)
+        elif type(target) is bytes:  # a function sent by value (marshal.by_value)
+            fn = _marshal.function_from_value(target)
+        else:
+            fn = target
         result = fn(*args, **dict(kw)) if kw else fn(*args)
         if type(result) is types.CoroutineType:
             return self.run_coroutine(result)

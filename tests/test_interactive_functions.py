@@ -1,0 +1,282 @@
+"""Functions defined where no worker can import them cross by value (cloudpickle).
+
+A function, lambda or closure defined in a Jupyter cell, the REPL, ``python -c``
+or stdin has no module a worker could import: it is pickled with cloudpickle
+(once per function object) and loaded in the worker by plain pickle. The
+scripts run in child processes (``python -c`` and ``python -``, as a user
+would), on asyncio and on uvloop; one test runs a real Jupyter kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import outfuncs
+import pytest
+from childproc import ROOT, TESTS
+
+from aiosubinterp._errors import NotShareableError
+from aiosubinterp._inside import marshal
+
+pytest.importorskip("cloudpickle")
+
+LOOPS = ["asyncio", "uvloop"]
+
+# Defines a function, a lambda and a closure where no worker can import them,
+# and runs each in a pool on the loop named by argv[1].
+SCRIPT = """
+import asyncio, sys
+import aiosubinterp
+
+FACTOR = 3
+
+def triple(x):
+    print("worker printed", x, flush=True)
+    return x * FACTOR
+
+add_one = lambda x: x + 1
+
+def adder(k):
+    return lambda x: x + k
+
+async def main():
+    async with aiosubinterp.InterpreterPool(2) as pool:
+        print("results", await pool.run(triple, 2), await pool.run(add_one, 2),
+              await pool.run(adder(10), 2), [y async for y in pool.map(triple, range(4))])
+
+if sys.argv[1] == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
+def run_python(args: list[str], *, stdin: str | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """Python with args in a child, the project importable; timeout is a backstop for a freeze."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
+    try:
+        return subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the child froze (killed after {timeout} s): {exc.stdout!r} {exc.stderr!r}")
+
+
+def needs_loop(loop: str) -> None:
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+
+
+def check_script_output(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "results 6 3 12 [0, 3, 6, 9]" in proc.stdout
+    assert "worker printed 2" in proc.stdout
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_python_c(loop):
+    needs_loop(loop)
+    check_script_output(run_python(["-c", SCRIPT, loop]))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_stdin(loop):
+    needs_loop(loop)
+    check_script_output(run_python(["-", loop], stdin=SCRIPT))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_unpicklable_global_is_named(loop):
+    needs_loop(loop)
+    script = textwrap.dedent("""
+        import asyncio, sys, threading
+        import aiosubinterp
+
+        guard = threading.Lock()
+
+        def locked(x):
+            with guard:
+                return x
+
+        async def main():
+            async with aiosubinterp.InterpreterPool(1) as pool:
+                try:
+                    await pool.run(locked, 1)
+                except aiosubinterp.NotShareableError as exc:
+                    print("refused:", exc)
+
+        if sys.argv[1] == "uvloop":
+            import uvloop
+            uvloop.run(main())
+        else:
+            asyncio.run(main())
+    """)
+    proc = run_python(["-c", script, loop])
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: cannot send 'locked' by value" in proc.stdout
+    assert "the global 'guard' (lock) cannot be pickled" in proc.stdout
+
+
+def test_process_pool_and_executor():
+    script = textwrap.dedent("""
+        import asyncio
+        import aiosubinterp
+
+        K = 4
+        times_k = lambda x: x * K
+
+        def init():
+            print("initializer ran", flush=True)
+
+        async def main():
+            async with aiosubinterp.ProcessPool(1) as pool:
+                print("process", await pool.run(times_k, 2))
+
+        asyncio.run(main())
+        with aiosubinterp.InterpreterPoolExecutor(1, initializer=init) as ex:
+            print("executor", list(ex.map(times_k, range(3))), ex.submit(lambda: K).result())
+    """)
+    proc = run_python(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert "process 8" in proc.stdout
+    assert "executor [0, 4, 8] 4" in proc.stdout
+    assert "initializer ran" in proc.stdout
+
+
+def test_without_cloudpickle_the_error_says_how():
+    script = textwrap.dedent("""
+        import asyncio, sys
+        sys.modules["cloudpickle"] = None  # as if not installed
+        import aiosubinterp
+
+        def f(x):
+            return x
+
+        async def main():
+            async with aiosubinterp.InterpreterPool(1) as pool:
+                try:
+                    await pool.run(f, 1)
+                except aiosubinterp.NotShareableError as exc:
+                    print("refused:", exc)
+
+        asyncio.run(main())
+    """)
+    proc = run_python(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert "defined in an interactive session" in proc.stdout
+    assert "pip install cloudpickle" in proc.stdout
+
+
+def interactive(source: str, namespace: dict[str, object] | None = None) -> dict[str, object]:
+    """The namespace of source run as if typed at the REPL."""
+    ns: dict[str, object] = {"__name__": "__main__", **(namespace or {})}
+    exec(compile(textwrap.dedent(source), "<stdin>", "exec"), ns)
+    return ns
+
+
+def test_pickled_once_per_function_and_again_when_a_global_is_rebound():
+    ns = interactive("""
+        N = 2
+        def times(x):
+            return x * N
+    """)
+    fn = ns["times"]
+    first = marshal.call_payload(fn, (1,), {})
+    again = marshal.call_payload(fn, (2,), {})
+    assert first[0] is None and type(first[1]) is bytes  # the target crosses as bytes
+    assert again[1] is first[1]  # pickled once
+    assert marshal.function_from_value(first[1])(5) == 10
+    ns["N"] = 3  # the cell that sets it ran again
+    changed = marshal.call_payload(fn, (1,), {})
+    assert changed[1] is not first[1]
+    assert marshal.function_from_value(changed[1])(5) == 15
+
+
+def test_module_functions_still_cross_by_reference():
+    payload = marshal.call_payload(outfuncs.say, ("x", 1), {})
+    assert payload[:2] == ("outfuncs", "say")
+
+
+def test_lambda_of_a_module_keeps_its_error():
+    with pytest.raises(NotShareableError, match="cannot send the lambda"):
+        marshal.call_payload(lambda x: x, (), {})
+
+
+CELL = """
+import logging
+import aiosubinterp
+
+logging.basicConfig(format="%(levelname)s:%(name)s:%(message)s", force=True)
+
+def work(x):
+    print(f"worker printed {x}")
+    logging.getLogger("nb").warning("worker logged %s", x)
+    return x * 2
+
+async with aiosubinterp.InterpreterPool(1) as pool:
+    result = await pool.run(work, 21)
+print("result", result)
+"""
+
+
+# Runs in a child process: jupyter_client's blocking client leaves an event loop
+# (an epoll fd and a socket pair) open in the process that used it.
+KERNEL_CHILD = """
+import json, os, sys
+import jupyter_client
+from jupyter_client.kernelspec import KernelSpecManager
+
+kernels, cell = sys.argv[1], sys.stdin.read()
+spec = os.path.join(kernels, "under-test")
+os.makedirs(spec)
+with open(os.path.join(spec, "kernel.json"), "w") as f:
+    json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+               "display_name": "the Python under test", "language": "python"}, f)
+km = jupyter_client.KernelManager(kernel_name="under-test",
+                                  kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernels]))
+km.start_kernel(cwd=kernels)
+kc = km.client()
+kc.start_channels()
+try:
+    kc.wait_for_ready(timeout=120)  # backstops only: a kernel starts in about a second
+    msg_id = kc.execute(cell)
+    streams = {"stdout": "", "stderr": ""}
+    errors = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            streams[content["name"]] += content["text"]
+        elif kind == "error":
+            errors.append("\\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    reply = kc.get_shell_msg(timeout=120)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=120)
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+print(json.dumps({"streams": streams, "errors": errors, "status": reply["content"]["status"]}))
+"""
+
+
+def test_jupyter_kernel(tmp_path):
+    """A cell defines a function and runs it in a pool; its prints and logs are the cell's."""
+    pytest.importorskip("ipykernel", reason="no ipykernel (tornado has no wheels for 3.13t)")
+    pytest.importorskip("jupyter_client")
+    proc = run_python(["-c", KERNEL_CHILD, str(tmp_path / "kernels")], stdin=CELL, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert not out["errors"], out["errors"]
+    assert out["status"] == "ok"
+    assert "worker printed 21" in out["streams"]["stdout"]
+    assert "result 42" in out["streams"]["stdout"]
+    assert "WARNING:nb:worker logged 21" in out["streams"]["stderr"]
