@@ -1,0 +1,208 @@
+"""Run one numpy test file with pytest in this interpreter and return plain data.
+
+Imported by name in worker interpreters (``InterpreterPool(fallback="copy")``)
+and in plain processes (the baseline), so that both run the same code with the
+same pytest arguments. Nothing here imports aiosubinterp.
+
+Arguments chosen for interpreters, and used for the baseline too:
+
+- ``--capture=sys``: pytest's default fd capture dup2()s fds 1 and 2, which
+  belong to the whole process (two workers would capture each other).
+- ``-p no:faulthandler``: faulthandler installs process-wide signal handlers.
+- ``-p no:timeout``, ``-p no:asyncio``, ``-p no:cacheprovider``: the venv's
+  plugins (SIGALRM timers, event loops, a shared cache folder) are not numpy's.
+- ``--basetemp``: a folder per run (pytest's numbered folders are cleaned up
+  by later runs, which would remove the other worker's).
+- ``-c`` an empty ini and ``--confcutdir``: not this project's pytest settings
+  (warnings as errors), numpy's own conftest.py only.
+
+``helpers="placeholder"``: numpy's single-phase test helpers (refused in
+own-GIL interpreters) are replaced by placeholder modules whose every name
+raises the refusal when used, so that a file that imports one at module level
+still collects; a test that touches a placeholder is reported as "refused",
+whatever its outcome. Nothing is faked: such a test has no result of its own.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tempfile
+import time
+import types
+import uuid
+
+__all__ = ["HELPERS", "run_file"]
+
+# numpy's single-phase test helper modules (research/private-extension-copies.md).
+HELPERS = ("numpy._core._rational_tests", "numpy._core._umath_tests",
+           "numpy._core._struct_ufunc_tests", "numpy._core._operand_flag_tests",
+           "numpy._core._simd")
+
+# Uses of a placeholder so far (read before and after each test), and the last name used.
+_touches: list = [0, ""]
+
+
+class _Refused:
+    """A name of a refused module: every use raises the refusal (and is counted)."""
+
+    def __init__(self, qualname: str, error: BaseException) -> None:
+        object.__setattr__(self, "_qualname", qualname)
+        object.__setattr__(self, "_error", error)
+
+    def _raise(self, *args: object, **kwargs: object):
+        _touches[0] += 1
+        _touches[1] = self._qualname
+        error = self._error
+        raise type(error)(f"placeholder for {self._qualname}: {error}")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # introspection (pytest, inspect) is not a use
+        self._raise()
+
+    def __repr__(self) -> str:
+        return f"<refused {self._qualname}>"
+
+    __call__ = __getitem__ = __iter__ = __len__ = __index__ = __int__ = __float__ = _raise
+    __add__ = __mul__ = __truediv__ = __lt__ = __gt__ = __array__ = __setattr__ = _raise
+
+
+class _RefusedModule(types.ModuleType):
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(name)
+        self.__error = error
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Refused(f"{self.__name__}.{name}", self.__error)
+
+
+def _install_placeholders() -> dict[str, str]:
+    """Import each helper; a refused one becomes a placeholder module. {name: refusal}."""
+    import importlib
+
+    refused = {}
+    for name in HELPERS:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            if "refuses to load" not in str(exc) and "not support" not in str(exc):
+                raise
+            refused[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            module = _RefusedModule(name, exc)
+            sys.modules[name] = module
+            parent, _, child = name.rpartition(".")
+            setattr(sys.modules[parent], child, module)
+    return refused
+
+
+def _reason(report) -> str:
+    longrepr = report.longrepr
+    if longrepr is None:
+        return ""
+    if isinstance(longrepr, tuple):  # a skip: (path, line, reason)
+        return str(longrepr[2])
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0] if crash.message else ""
+    lines = [line for line in str(longrepr).splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("E ")]
+    return (errors or lines or [""])[-1].lstrip("E ").strip()
+
+
+class _Collector:
+    """The pytest plugin: one outcome and one-line reason per test id."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, list[str]] = {}
+        self.collect_errors: dict[str, str] = {}
+        self.collected = 0
+        self._before = 0
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.collect_errors[report.nodeid] = _reason(report)[:300]
+
+    def pytest_collection_modifyitems(self, items) -> None:
+        self.collected = len(items)
+
+    def pytest_runtest_logstart(self, nodeid, location) -> None:
+        self._before = _touches[0]
+
+    def pytest_runtest_logreport(self, report) -> None:
+        nodeid = report.nodeid
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        elif report.when == "call" or report.failed or report.skipped:
+            outcome = report.outcome
+            if report.failed and report.when != "call":
+                outcome = "error"
+        else:
+            return
+        old = self.tests.get(nodeid)
+        if old is not None and old[0] in ("failed", "error"):
+            return  # a teardown report after a failing call keeps the call's outcome
+        self.tests[nodeid] = [outcome, _reason(report)[:300]]
+
+    def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        if _touches[0] != self._before and nodeid in self.tests:
+            outcome = self.tests[nodeid][0]
+            self.tests[nodeid] = ["refused", f"{outcome} when it used {_touches[1]}"]
+
+
+def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> dict:
+    """pytest on one test file here; its outcomes as plain data.
+
+    Args:
+        path: the test file (numpy's, installed with the wheel).
+        helpers: "as-is" (imports of refused helpers fail as they do) or
+            "placeholder" (see the module docstring).
+        extra: more pytest arguments (-k, --deselect).
+
+    Returns:
+        {"rc", "seconds", "collected", "tests": {nodeid: [outcome, reason]},
+        "collect_errors": {nodeid: reason}, "refused_helpers": {name: error},
+        "numpy", "tail": the last lines pytest printed}.
+    """
+    import pytest
+
+    refused = _install_placeholders() if helpers == "placeholder" else {}
+    import numpy
+
+    site = os.path.dirname(os.path.dirname(numpy.__file__))
+    work = tempfile.mkdtemp(prefix="numpy-suite-")
+    ini = os.path.join(work, "pytest.ini")
+    with open(ini, "w") as f:
+        f.write("[pytest]\n")
+    args = [path, "-q", "-c", ini, "--rootdir", site, "--confcutdir", site,
+            "--capture=sys", "--basetemp", os.path.join(work, "tmp-" + uuid.uuid4().hex[:8]),
+            "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:timeout",
+            "-p", "no:asyncio", "-p", "no:randomly", "-W", "ignore::UserWarning", *extra]
+    collector = _Collector()
+    out = io.StringIO()
+    saved = sys.stdout, sys.stderr
+    start = time.perf_counter()
+    sys.stdout = sys.stderr = out
+    try:
+        rc = int(pytest.main(args, plugins=[collector]))
+    finally:
+        sys.stdout, sys.stderr = saved
+    seconds = time.perf_counter() - start
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    return {"rc": rc, "seconds": round(seconds, 2), "collected": collector.collected,
+            "tests": collector.tests, "collect_errors": collector.collect_errors,
+            "refused_helpers": refused, "numpy": numpy.__version__,
+            "numpy_file": numpy.__file__, "tail": out.getvalue()[-1500:]}
+
+
+if __name__ == "__main__":  # the baseline: python _numpy_suite_work.py FILE HELPERS OUT.json
+    import json
+
+    result = run_file(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "as-is")
+    with open(sys.argv[3], "w") as f:
+        json.dump(result, f)
