@@ -167,10 +167,14 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
         "collect_errors": {nodeid: reason}, "refused_helpers": {name: error},
         "numpy", "tail": the last lines pytest printed}.
     """
+    # numpy before pytest: on 3.12 a worker that imported datetime before numpy
+    # has the pure-Python datetime (its C module is single-phase there, refused),
+    # and numpy's copy then fails with "module 'datetime' has no attribute
+    # 'datetime_CAPI'" (measured on 3.12.1; 3.13 is not affected).
+    import numpy
     import pytest
 
     refused = _install_placeholders() if helpers == "placeholder" else {}
-    import numpy
 
     site = os.path.dirname(os.path.dirname(numpy.__file__))
     work = tempfile.mkdtemp(prefix="numpy-suite-")
