@@ -66,6 +66,12 @@ def numpy_dir() -> str:
 # -- children -----------------------------------------------------------------------------
 
 
+def append(out: str, item: list) -> None:
+    """One JSON line per finished file: what a child that crashes later already did."""
+    with open(out, "a") as f:
+        f.write(json.dumps(item, default=str) + "\n")
+
+
 def child_interpreters(files: list[str], mode: str, out: str, workers: int) -> None:
     """Each file in a worker of InterpreterPool(workers, fallback="copy"); one JSON line each."""
     sys.path[:0] = [ROOT, HERE]  # workers get main's sys.path
@@ -82,14 +88,11 @@ def child_interpreters(files: list[str], mode: str, out: str, workers: int) -> N
                 except Exception as exc:  # noqa: BLE001 - reported per file, the others go on
                     result = {"exception": f"{type(exc).__name__}: {exc}"}
                 result["wall"] = round(time.perf_counter() - start, 2)
-                with open(out, "a") as f:
-                    f.write(json.dumps([path, result]) + "\n")
+                append(out, [path, result])
 
             await asyncio.gather(*[one(path) for path in files])
             stats = pool.statistics()
-        with open(out, "a") as f:
-            f.write(json.dumps(["<statistics>", {"copies": stats.get("copies")}],
-                               default=str) + "\n")
+        append(out, ["<statistics>", {"copies": stats.get("copies")}])
 
     asyncio.run(main())
 
@@ -103,8 +106,7 @@ def child_baseline(files: list[str], out: str) -> None:
         start = time.perf_counter()
         result = work.run_file(path, "as-is")
         result["wall"] = round(time.perf_counter() - start, 2)
-        with open(out, "a") as f:
-            f.write(json.dumps([path, result]) + "\n")
+        append(out, [path, result])
 
 
 def spawn(kind: str, files: list[str], mode: str, workers: int, timeout: float) -> dict:
@@ -175,6 +177,12 @@ def compare(path: str, base: dict | None, runs: dict[str, dict | None], rel: str
                      f"({', '.join(f'{n} {k}' for k, n in by.items()) or 'none'}):")
         for nodeid, was, (now, reason) in diffs:
             lines.append(f"- `{nodeid}`: {was} -> {now}: {reason}")
+        # Skipped in both, for another reason: not a difference of outcome, but said.
+        for nodeid, (now, reason) in sorted(result["tests"].items()):
+            was = base["tests"].get(nodeid)
+            if now == "skipped" and was and was[0] == "skipped" and was[1] != reason:
+                lines.append(f"- (skipped in both) `{nodeid}`: baseline: {was[1]}; "
+                             f"interpreters: {reason}")
     return lines
 
 
