@@ -71,6 +71,7 @@ class _Refused:
 
     __call__ = __getitem__ = __iter__ = __len__ = __index__ = __int__ = __float__ = _raise
     __add__ = __mul__ = __truediv__ = __lt__ = __gt__ = __array__ = __setattr__ = _raise
+    __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _raise  # pickling is a use
 
 
 class _RefusedModule(types.ModuleType):
@@ -81,7 +82,10 @@ class _RefusedModule(types.ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return _Refused(f"{self.__name__}.{name}", self.__error)
+        # One placeholder per name, kept: `module.x is module.x` as with a real module.
+        placeholder = _Refused(f"{self.__name__}.{name}", self.__error)
+        setattr(self, name, placeholder)
+        return placeholder
 
 
 def _install_placeholders() -> dict[str, str]:
@@ -102,6 +106,126 @@ def _install_placeholders() -> dict[str, str]:
             if parent:
                 setattr(sys.modules[parent], child, module)
     return refused
+
+
+_SKIP_REFUSED = "REFUSED: a parameter built at collection from "
+
+
+class _ParametersOfRefused:
+    """An AST pass: parametrize entries built from a refused helper become skipped params.
+
+    A file like test_multiarray builds a few parameters at collection time
+    (``np.array([1, 2], dtype=rational)`` in a ``parametrize`` list); even with
+    placeholders that fails the whole file. Each such entry (only that entry)
+    is replaced by ``pytest.param(object()..., marks=skip(REFUSED ...))`` with
+    the entry's own id, so the file collects with the baseline's test ids and
+    those tests are reported as refused. The file on disk is not changed.
+    """
+
+    def __init__(self, refused_modules: set[str]) -> None:
+        self.modules = refused_modules
+        self.names: dict[str, str] = {}  # local name -> refused module
+
+    def names_of(self, tree) -> None:
+        import ast
+
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if node.module in self.modules or full in self.modules:
+                        self.names[alias.asname or alias.name] = (
+                            full if full in self.modules else node.module)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in self.modules and alias.asname:
+                        self.names[alias.asname] = alias.name
+
+    def uses(self, node) -> str | None:
+        import ast
+
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and sub.id in self.names:
+                return self.names[sub.id]
+        return None
+
+    def entry(self, node, module: str):
+        import ast
+
+        width, ident = 1, None
+        if isinstance(node, ast.Tuple):
+            width = len(node.elts)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "param"):
+            width = len(node.args)
+            ident = next((k.value for k in node.keywords if k.arg == "id"), None)
+        reason = ast.Constant(_SKIP_REFUSED + module)
+        marks = ast.parse("pytest.mark.skip", mode="eval").body
+        call = ast.Call(
+            func=ast.parse("pytest.param", mode="eval").body,
+            args=[ast.Call(func=ast.Name("object", ast.Load()), args=[], keywords=[])
+                  for _ in range(width)],
+            keywords=[ast.keyword("marks", ast.Call(func=marks, args=[],
+                                                    keywords=[ast.keyword("reason", reason)]))]
+            + ([ast.keyword("id", ident)] if ident is not None else []))
+        return ast.fix_missing_locations(ast.copy_location(call, node))
+
+    def transform(self, tree) -> int:
+        import ast
+
+        self.names_of(tree)
+        changed = 0
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "parametrize" and len(node.args) >= 2):
+                continue
+            values = node.args[1]
+            if not isinstance(values, (ast.List, ast.Tuple)):
+                continue
+            for i, element in enumerate(values.elts):
+                module = self.uses(element)
+                if module is not None:
+                    values.elts[i] = self.entry(element, module)
+                    changed += 1
+        return changed
+
+
+def _patch_collection(path: str, refused: set[str]) -> tuple:
+    """Make pytest collect path with its refused parameters replaced; (undo, count box)."""
+    from pathlib import Path
+
+    from _pytest.assertion import rewrite
+
+    target = Path(path).resolve()
+    original_rewrite, original_read = rewrite._rewrite_test, rewrite._read_pyc
+    changed = [0]
+
+    def rewrite_test(fn, config):
+        if Path(fn).resolve() != target:
+            return original_rewrite(fn, config)
+        import ast
+        import importlib.util
+
+        source = Path(fn).read_bytes()
+        tree = ast.parse(source, filename=str(fn))
+        changed[0] = _ParametersOfRefused(refused).transform(tree)
+        rewrite.rewrite_asserts(tree, source, str(fn), config)
+        return (importlib.util.source_hash(source),
+                compile(tree, str(fn), "exec", dont_inherit=True))
+
+    def read_pyc(source, pyc, trace=lambda x: None):
+        # Never the cached (unpatched) code of the target.
+        return None if Path(source).resolve() == target else original_read(source, pyc, trace)
+
+    rewrite._rewrite_test, rewrite._read_pyc = rewrite_test, read_pyc
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no patched .pyc in numpy's __pycache__
+
+    def undo() -> None:
+        rewrite._rewrite_test, rewrite._read_pyc = original_rewrite, original_read
+        sys.dont_write_bytecode = saved
+
+    return undo, changed
 
 
 def _reason(report) -> str:
@@ -147,10 +271,13 @@ class _Collector:
                 outcome = "error"
         else:
             return
+        reason = _reason(report)
+        if outcome == "skipped" and _SKIP_REFUSED in reason:
+            outcome = "refused"
         old = self.tests.get(nodeid)
         if old is not None and old[0] in ("failed", "error"):
             return  # a teardown report after a failing call keeps the call's outcome
-        self.tests[nodeid] = [outcome, _reason(report)[:300]]
+        self.tests[nodeid] = [outcome, reason[:300]]
 
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
         if _touches[0] != self._before and nodeid in self.tests:
@@ -163,8 +290,10 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
 
     Args:
         path: the test file (numpy's, installed with the wheel).
-        helpers: "as-is" (imports of refused helpers fail as they do) or
-            "placeholder" (see the module docstring).
+        helpers: "as-is" (imports of refused helpers fail as they do),
+            "placeholder" (see the module docstring), or "parameters":
+            placeholders, and parametrize entries built from a refused helper at
+            collection time skipped as refused (_ParametersOfRefused).
         extra: more pytest arguments (-k, --deselect).
 
     Returns:
@@ -179,7 +308,9 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
     import numpy
     import pytest
 
-    refused = _install_placeholders() if helpers == "placeholder" else {}
+    refused = _install_placeholders() if helpers in ("placeholder", "parameters") else {}
+    undo, changed = (_patch_collection(path, set(refused)) if helpers == "parameters" and refused
+                     else (lambda: None, [0]))
 
     site = os.path.dirname(os.path.dirname(numpy.__file__))
     work = tempfile.mkdtemp(prefix="numpy-suite-")
@@ -199,6 +330,7 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
         rc = int(pytest.main(args, plugins=[collector]))
     finally:
         sys.stdout, sys.stderr = saved
+        undo()
     seconds = time.perf_counter() - start
     import shutil
 
@@ -206,6 +338,7 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
     return {"rc": rc, "seconds": round(seconds, 2), "collected": collector.collected,
             "tests": collector.tests, "collect_errors": collector.collect_errors,
             "refused_helpers": refused, "numpy": numpy.__version__,
+            "parameters_replaced": changed[0],
             "numpy_file": numpy.__file__, "tail": out.getvalue()[-1500:]}
 
 

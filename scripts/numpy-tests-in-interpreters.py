@@ -15,9 +15,15 @@ Two modes for the interpreters (``--modes``):
   runs) fails to collect: the table says so and counts the baseline's tests
   that could not run.
 - ``placeholder``: each refused helper is replaced by a placeholder module
-  whose every name raises the refusal when used; the file then collects, and
+  whose every name raises the refusal when used (calls, attributes, pickling);
   a test that used a placeholder is counted as "refused" (whatever it did
   after), not as passed or failed. The other tests ran for real.
+- ``parameters`` (with ``as-is`` the default): placeholders, and each
+  ``parametrize`` entry built from a refused helper at collection time
+  (test_multiarray's and test_ufunc's ``np.array(..., dtype=rational)``,
+  which fail the whole file even with placeholders) is replaced, in the code
+  pytest compiles, by a parameter skipped as "refused" with the entry's own
+  id. The files on disk are not changed.
 
 Every run happens in a child process (the interpreters' and the baseline's),
 so a crash is reported with its exit code instead of ending the script.
@@ -143,6 +149,8 @@ def counts(result: dict | None) -> str:
         return "task failed: " + result["exception"][:200]
     c = collections.Counter(outcome for outcome, _ in result["tests"].values())
     parts = [f"{c[k]} {k}" for k in OUTCOMES if c[k]]
+    if result.get("parameters_replaced"):
+        parts.append(f"({result['parameters_replaced']} parametrize entries replaced)")
     if result["collect_errors"]:
         parts.append(f"{len(result['collect_errors'])} collection error(s)")
     return ", ".join(parts) or "nothing ran"
@@ -198,7 +206,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", nargs="*", default=FILES,
                         help="test files, relative to the numpy package folder")
-    parser.add_argument("--modes", default="as-is,placeholder")
+    parser.add_argument("--modes", default="as-is,parameters",
+                        help="as-is, placeholder, parameters (comma-separated)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", help="write every outcome to this file")
