@@ -36,11 +36,12 @@ import uuid
 __all__ = ["HELPERS", "run_file"]
 
 # numpy's single-phase test helper modules (research/private-extension-copies.md),
-# and tracemalloc (its C module is single-phase: refused by CPython in any
-# own-GIL interpreter; test_multiarray imports it at module level).
+# and the stdlib modules numpy's test files import at module level that CPython
+# refuses in own-GIL interpreters: tracemalloc (its C module is single-phase),
+# and on 3.12 ctypes. Each is tried first: one that loads is left alone.
 HELPERS = ("numpy._core._rational_tests", "numpy._core._umath_tests",
            "numpy._core._struct_ufunc_tests", "numpy._core._operand_flag_tests",
-           "numpy._core._simd", "tracemalloc")
+           "numpy._core._simd", "tracemalloc", "ctypes")
 
 # Uses of a placeholder so far (read before and after each test), and the last name used.
 _touches: list = [0, ""]
