@@ -95,6 +95,9 @@ def _install_placeholders() -> dict[str, str]:
 
     refused = {}
     for name in HELPERS:
+        if isinstance(sys.modules.get(name), _RefusedModule):  # this worker's earlier run
+            refused[name] = sys.modules[name]._RefusedModule__error_text
+            continue
         try:
             importlib.import_module(name)
         except ImportError as exc:
@@ -102,6 +105,7 @@ def _install_placeholders() -> dict[str, str]:
                 raise
             refused[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             module = _RefusedModule(name, exc)
+            module.__error_text = refused[name]
             sys.modules[name] = module
             parent, _, child = name.rpartition(".")
             if parent:
