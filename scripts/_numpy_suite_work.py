@@ -79,6 +79,7 @@ class _RefusedModule(types.ModuleType):
     def __init__(self, name: str, error: BaseException) -> None:
         super().__init__(name)
         self.__error = error
+        self.refusal = f"{type(error).__name__}: {str(error).splitlines()[0]}"
 
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
@@ -96,7 +97,7 @@ def _install_placeholders() -> dict[str, str]:
     refused = {}
     for name in HELPERS:
         if isinstance(sys.modules.get(name), _RefusedModule):  # this worker's earlier run
-            refused[name] = sys.modules[name]._RefusedModule__error_text
+            refused[name] = sys.modules[name].refusal
             continue
         try:
             importlib.import_module(name)
@@ -105,7 +106,6 @@ def _install_placeholders() -> dict[str, str]:
                 raise
             refused[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             module = _RefusedModule(name, exc)
-            module.__error_text = refused[name]
             sys.modules[name] = module
             parent, _, child = name.rpartition(".")
             if parent:
