@@ -74,6 +74,10 @@ class _Refused:
     __add__ = __mul__ = __truediv__ = __lt__ = __gt__ = __array__ = __setattr__ = _raise
     __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _raise  # pickling is a use
 
+    def __mro_entries__(self, bases: tuple) -> tuple:  # a class deriving from it
+        self._raise()
+        return ()
+
 
 class _RefusedModule(types.ModuleType):
     def __init__(self, name: str, error: BaseException) -> None:
@@ -147,11 +151,15 @@ class _ParametersOfRefused:
                         self.names[alias.asname] = alias.name
 
     def uses(self, node) -> str | None:
+        """The refused module a call inside node uses (a bare name is left alone:
+        the placeholder itself is a fine parameter, and keeps its id)."""
         import ast
 
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and sub.id in self.names:
-                return self.names[sub.id]
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call):
+                for sub in ast.walk(call):
+                    if isinstance(sub, ast.Name) and sub.id in self.names:
+                        return self.names[sub.id]
         return None
 
     def entry(self, node, module: str):
