@@ -13,35 +13,24 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
-import sys
-import sysconfig
 
 import pytest
 from test_private_copies import run_child
+
+from aiosubinterp._engine.fallback import copies_unavailable
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 FILE = "_core/tests/test_einsum.py"
 
 pytestmark = [
-    pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-                       reason="fallback='copy' is refused on free-threaded builds "
-                              "(threads run in parallel there)"),
+    pytest.mark.skipif(copies_unavailable() is not None,
+                       reason="fallback='copy' is refused on this Python (3.12, free-threaded)"),
     pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy not installed"),
 ]
 
 
-# 3.12.1: two workers that each ran the file return the right outcomes, then the
-# process aborts when the pool closes ("double free or corruption (out)") in 7
-# of 11 runs measured; one worker: exit 0. Not seen on 3.13 or 3.14.
-ABORTS_AT_CLOSE = sys.version_info[:2] == (3, 12)
-
-
 @pytest.mark.parametrize(("loop_kind", "workers"), [
-    ("asyncio", 1), ("uvloop", 1),
-    pytest.param("asyncio", 2, marks=pytest.mark.xfail(
-        ABORTS_AT_CLOSE, reason="CPython 3.12.1 aborts at the pool's close after pytest ran "
-                                "in two workers with private copies", strict=False)),
-])
+    ("asyncio", 1), ("uvloop", 1), ("asyncio", 2)])
 def test_numpy_einsum_tests_in_interpreters_match_the_main_interpreter(tmp_path, loop_kind,
                                                                         workers):
     reports, _ = run_child(tmp_path, f"""
