@@ -49,8 +49,7 @@ def start(thread_name_prefix: str, initializer: tuple[Any, ...] | None) -> None:
         return
     module, target, args, kw = initializer
     if module is None:
-        # bytes: a function sent by value (marshal.by_value)
-        fn = _marshal.function_from_value(target) if type(target) is bytes else target
+        fn = _marshal.callable_target(target)
     else:
         mod = (_marshal.main_importer() if module == "__main__"  # type: ignore[misc]
                else importlib.import_module(module))

@@ -399,6 +399,12 @@ class _ValueFunction:
 _loaded: dict[bytes, object] = {}
 
 
+def callable_target(target: object) -> "Any":
+    """The callable of a call payload whose module is None: a function sent by value
+    (``by_value``: its pickle, bytes) rebuilt here, else the target itself."""
+    return function_from_value(target) if type(target) is bytes else target
+
+
 def function_from_value(data: bytes) -> "Any":
     """Rebuild a function sent by ``by_value`` (once per distinct pickle in this interpreter)."""
     fn = _loaded.get(data)

@@ -308,12 +308,8 @@ class Runner:
         """(callable, args, kwargs) for a job."""
         if kind == JOB_CALL:
             module, target, args, kw = payload
-            if module is not None:
-                fn = self.resolve(module, target)
-            elif type(target) is bytes:  # a function sent by value (marshal.by_value)
-                fn = _marshal.function_from_value(target)
-            else:
-                fn = target
+            fn = (self.resolve(module, target) if module is not None
+                  else _marshal.callable_target(target))
             return fn, args, dict(kw) if kw else None
         if kind == JOB_EXEC:
             code = compile(payload, "<aiosubinterp exec>", "exec")

@@ -167,12 +167,8 @@ class _State:
 
     def call(self, payload: tuple[Any, ...]) -> object:
         module, target, args, kw = payload
-        if module is not None:
-            fn = self.resolve(module, target)
-        elif type(target) is bytes:  # a function sent by value (marshal.by_value)
-            fn = _marshal.function_from_value(target)
-        else:
-            fn = target
+        fn = (self.resolve(module, target) if module is not None
+              else _marshal.callable_target(target))
         result = fn(*args, **dict(kw)) if kw else fn(*args)
         if type(result) is types.CoroutineType:
             return self.run_coroutine(result)
