@@ -27,6 +27,8 @@ import aiohelpers
 import aiohttp
 import pytest
 from aiohttp import web
+from browser import chromium as find_chromium
+from browser import headless
 
 from aiosubinterp import _core
 from aiosubinterp.demo import circles as physics
@@ -307,16 +309,6 @@ def test_the_command_without_aiohttp_or_with_a_busy_port():
     assert "Traceback" not in proc.stderr
 
 
-def _chromium() -> str:
-    """Chromium's path (``make test`` installs Debian's package as root)."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no chromium on PATH: as root, `make test` installs Debian's chromium "
-                "package (`apt-get install chromium`); the Debian root's runs have none")
-
-
 async def _devtools(port_file: Path, expression_ready: str, shot: Path) -> dict:
     """Over the DevTools protocol: wait until ``expression_ready`` is true, then screenshot."""
     await until(port_file.exists)
@@ -366,15 +358,12 @@ async def _devtools(port_file: Path, expression_ready: str, shot: Path) -> dict:
 def test_headless_chromium_draws_every_contender(tmp_path):
     from PIL import Image
 
-    browser = _chromium()
+    browser = find_chromium()
     with command("--workers", "2") as (server, url):
         profile = tmp_path / "profile"
         log = open(tmp_path / "chromium.log", "wb")  # closed below
         chromium = subprocess.Popen(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
-             "--remote-debugging-port=0", "--window-size=1400,900",
+            [*headless(browser, profile), "--remote-debugging-port=0", "--window-size=1400,900",
              f"{url}/?autostart=1&circles=1500"],
             stdout=log, stderr=log, start_new_session=True)
         shot = tmp_path / "live-demo.png"

@@ -34,6 +34,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from browser import chromium, headless
 from childproc import run_child
 
 import aiosubinterp
@@ -175,15 +176,6 @@ def test_the_stub_docstrings_of_the_compiled_public_names_are_the_modules_own():
 ONE_PYTHON = sys.version_info[:2] == (3, 13) and not FREE_THREADED
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no chromium on PATH: as root, `make test` installs Debian's chromium "
-                "package (`apt-get install chromium`)")
-
-
 def _build_site() -> Path:
     """``make docs``; skips (saying why) only when .venv-docs cannot be made."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
@@ -201,10 +193,7 @@ def _build_site() -> Path:
 
 def _render(browser: str, url: str, shot: Path, profile: Path) -> str:
     """Screenshot of url into shot; returns its DOM after scripts ran."""
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--hide-scrollbars", f"--user-data-dir={profile}",
-             "--window-size=1280,900", "--virtual-time-budget=3000"]
+    flags = [*headless(browser, profile), "--window-size=1280,900", "--virtual-time-budget=3000"]
     for extra in ([f"--screenshot={shot}"], ["--dump-dom"]):
         proc = subprocess.run(flags + extra + [url], capture_output=True, text=True,
                               timeout=60, start_new_session=True)
@@ -232,7 +221,7 @@ def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
     pytest.importorskip("PIL", reason="Pillow (the demo extra) reads the screenshots")
     # Chromium first: where there is none (the Debian root of scripts/pythons.sh,
     # whose 3.13 is not the host's), nothing is built either.
-    browser = _chromium()
+    browser = chromium()
     site = _build_site()
     keep = os.environ.get("AIOSUBINTERP_DOCS_SCREENSHOTS")
     pages = {
