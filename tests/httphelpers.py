@@ -34,6 +34,16 @@ async def get_json(client: Any, path: str, **params: Any) -> Any:
         return await r.json()
 
 
+async def check_stats_mode(client: Any, mode: str) -> None:
+    """An example app's /stats names mode, and has a CPU pool of 2 processes only there."""
+    described = await get_json(client, "/stats")
+    assert described["mode"] == mode
+    if mode == "processes":
+        assert described["cpu_pool"]["size"] == 2
+    else:
+        assert described["cpu_pool"] is None
+
+
 async def check_primes_in_mode(client: Any, ex: Any, mode: str) -> None:
     """An example app served in --mode `mode`: /primes, /stats and /stream answer right.
 
@@ -42,12 +52,7 @@ async def check_primes_in_mode(client: Any, ex: Any, mode: str) -> None:
     """
     results = await asyncio.gather(*(get_json(client, "/primes", n=1000) for _ in range(4)))
     assert results == [{"n": 1000, "primes": 168}] * 4
-    described = await get_json(client, "/stats")
-    assert described["mode"] == mode
-    if mode == "processes":
-        assert described["cpu_pool"]["size"] == 2
-    else:
-        assert described["cpu_pool"] is None
+    await check_stats_mode(client, mode)
     async with client.get("/stream", params={"count": 3, "size": 100}) as r:
         assert await r.read() == b"".join(ex.work.chunk(i, 100) for i in range(3))
 

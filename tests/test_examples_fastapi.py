@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohelpers import until
-from httphelpers import free_port
+from httphelpers import check_stats_mode, free_port, get_json
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -168,10 +168,6 @@ async def post_score(client: aiohttp.ClientSession, body: bytes | dict) -> tuple
         return r.status, await r.json()
 
 
-async def get_json(client: aiohttp.ClientSession, path: str) -> dict:
-    async with client.get(path) as r:
-        assert r.status == 200, await r.text()
-        return await r.json()
 
 
 async def stats_until(client: aiohttp.ClientSession, check) -> dict:
@@ -266,12 +262,7 @@ async def test_scored_in_the_other_modes(tmp_path, mode):
             assert answer == expected(BATCH)
         status, answer = await post_score(client, {"id": 1})
         assert status == 422 and answer["detail"][0]["type"] == "missing"
-        described = await get_json(client, "/stats")
-        assert described["mode"] == mode
-        if mode == "processes":
-            assert described["cpu_pool"]["size"] == 2
-        else:
-            assert described["cpu_pool"] is None
+        await check_stats_mode(client, mode)
 
 
 @needs_fastapi
