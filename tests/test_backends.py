@@ -20,11 +20,19 @@ import procfuncs
 import pytest
 import workfuncs
 from aiohelpers import collect_until, read_byte
-from test_pool import VALUES
 
 import aiosubinterp as asi
 
 FD = asi.FileDescriptor
+
+
+VALUES = [
+    None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**200, -(3**150), 1.5, float("inf"),
+    3 + 4j, "", "héllo wörld ✓", "lone \udc80 surrogate", b"", b"\x00\xff" * 1000,
+    (), (1, ("a", (b"b", None))), frozenset({1, "x", (2, 3)}),
+    [1, 2, [3]], {"a": 1, "b": [2.5]}, {1, 2}, bytearray(b"xyz"), workfuncs.Point(1, 2),
+    tuple(range(1000)),
+]
 
 
 class Backend:
@@ -97,6 +105,7 @@ async def test_remote_exception_keeps_type_and_traceback(backend):
         assert isinstance(cause, asi.ExecutionFailed)
         assert "raise_custom" in cause.remote_traceback
         assert cause.type_name == "workfuncs.CustomError"
+        assert "Remote traceback" in str(cause)
         with pytest.raises(asi.ExecutionFailed, match="NeedsTwoArgs") as info:
             await pool.run(workfuncs.raise_needs_two)
         assert "raise_needs_two" in info.value.remote_traceback
@@ -198,8 +207,9 @@ async def test_preload_and_initializer(backend):
 async def test_failing_initializer_breaks_the_pool(backend):
     pool = backend.pool(2, initializer=workfuncs.fail_init)
     task = pool.submit(workfuncs.square, 3)
-    with pytest.raises(asi.BrokenPoolError, match="initializer says no"):
+    with pytest.raises(asi.BrokenPoolError, match="initializer says no") as info:
         await task
+    assert isinstance(info.value, RuntimeError)
     with pytest.raises(asi.BrokenPoolError):
         await pool.start()
     with pytest.raises(asi.BrokenPoolError):
@@ -322,6 +332,7 @@ async def test_task_api(backend):
         task.add_done_callback(lambda t: seen.append(t.result()))
         assert isinstance(task, asi.Task) and isinstance(task, asyncio.Future)
         assert task.name == "square" and task.id > 0
+        assert not task.done()
         assert await task == 25
         await asyncio.sleep(0)
         assert task.done() and not task.cancelled() and task.exception() is None

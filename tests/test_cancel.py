@@ -11,52 +11,6 @@ import workfuncs
 import aiosubinterp as asi
 
 
-async def test_cancel_queued_task_withdraws_it(pipe):
-    r, w = pipe
-    async with asi.InterpreterPool(1) as pool:
-        blocker = pool.submit(workfuncs.read_fd, r)
-        try:
-            while pool.statistics()["busy"] == 0:
-                await asyncio.sleep(0.005)
-            queued = pool.submit(workfuncs.write_fd, w, b"queued ran")
-            assert pool.statistics()["queued"] == 1
-            assert queued.cancel()
-            assert queued.cancelled()
-            assert pool.statistics()["queued"] == 0
-        finally:
-            os.write(w, b"!")
-        assert await blocker == b"!"
-        # The withdrawn task never wrote into the pipe.
-        assert await pool.run(workfuncs.write_fd, w, b"?") == 1
-        assert os.read(r, 100) == b"?"
-        with pytest.raises(asyncio.CancelledError):
-            await queued
-
-
-async def test_cancel_running_task_interrupts_it():
-    async with asi.InterpreterPool(1) as pool:
-        first_id = await pool.run(workfuncs.interp_id)
-        task = pool.submit(workfuncs.spin_forever)
-        while pool.statistics()["busy"] == 0:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # The same interpreter is free again: the loop was interrupted, not abandoned.
-        assert await asyncio.wait_for(pool.run(workfuncs.interp_id), 30) == first_id
-        assert pool.statistics()["replaced"] == 0
-
-
-async def test_timeout_on_running_task():
-    async with asi.InterpreterPool(1) as pool:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.2):
-                await pool.run(workfuncs.spin_forever)
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(pool.run(workfuncs.spin_forever), 0.2)
-        assert await asyncio.wait_for(pool.run(workfuncs.square, 7), 30) == 49
-
-
 async def test_a_swallowed_interruption_is_repeated_and_close_does_not_hang():
     # The first KeyboardInterrupt is lost (seen under load: it landed in an
     # importlib callback while the task's module was imported, and CPython
@@ -104,26 +58,3 @@ async def test_outer_task_cancellation_reaches_the_interpreter():
         assert await asyncio.wait_for(pool.run(workfuncs.square, 3), 30) == 9
 
 
-async def test_cancel_many_queued_and_running():
-    async with asi.InterpreterPool(2) as pool:
-        tasks = [pool.submit(workfuncs.spin, 200_000) for _ in range(60)]
-        await asyncio.sleep(0.01)
-        for t in tasks[::2]:
-            t.cancel()
-        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
-        for t, outcome in zip(tasks, done, strict=True):
-            if t.cancelled():
-                assert isinstance(outcome, asyncio.CancelledError)
-            else:
-                assert outcome == workfuncs.spin(200_000)
-        assert await pool.run(workfuncs.square, 4) == 16
-        stats = pool.statistics()
-        assert stats["queued"] == 0
-
-
-async def test_cancel_after_done_is_a_no_op():
-    async with asi.InterpreterPool(1) as pool:
-        task = pool.submit(workfuncs.square, 2)
-        assert await task == 4
-        assert not task.cancel()
-        assert task.result() == 4

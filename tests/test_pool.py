@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import subprocess
 import sys
@@ -12,34 +11,10 @@ import threading
 
 import pytest
 import workfuncs
-from aiohelpers import collect_until, until
+from aiohelpers import until
 
 import aiosubinterp as asi
 from aiosubinterp import _core
-
-
-async def test_run_returns_result():
-    async with asi.InterpreterPool(2) as pool:
-        assert await pool.run(workfuncs.square, 12) == 144
-        assert await pool.run(workfuncs.add, 1, 2, c=3) == 6
-        assert await pool.run(math.sqrt, 16.0) == 4.0
-        assert await pool.run(len, "abcd") == 4
-
-
-VALUES = [
-    None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**200, -(3**150), 1.5, float("inf"),
-    3 + 4j, "", "héllo wörld ✓", "lone \udc80 surrogate", b"", b"\x00\xff" * 1000,
-    (), (1, ("a", (b"b", None))), frozenset({1, "x", (2, 3)}),
-    [1, 2, [3]], {"a": 1, "b": [2.5]}, {1, 2}, bytearray(b"xyz"), workfuncs.Point(1, 2),
-    tuple(range(1000)),
-]
-
-
-async def test_values_round_trip():
-    async with asi.InterpreterPool(1) as pool:
-        for value in VALUES:
-            back = await pool.run(workfuncs.echo, value)
-            assert back == value and type(back) is type(value), value
 
 
 async def test_deep_nesting_falls_back_to_pickle():
@@ -65,46 +40,11 @@ async def test_tasks_run_in_other_interpreters():
     assert all(isinstance(i, int) and i > 0 for i in ids)
 
 
-async def test_two_tasks_run_at_the_same_time():
-    # Each task writes then blocks until the other wrote: on one worker at a
-    # time this could never finish.
-    r1, w1 = os.pipe()
-    r2, w2 = os.pipe()
-    try:
-        async with asi.InterpreterPool(2) as pool:
-            a = pool.run(workfuncs.write_then_read, w1, r2)
-            b = pool.run(workfuncs.write_then_read, w2, r1)
-            assert await asyncio.wait_for(asyncio.gather(a, b), 30) == [b"x", b"x"]
-    finally:
-        for fd in (r1, w1, r2, w2):
-            os.close(fd)
-
-
-async def test_remote_exception_keeps_type_and_traceback():
-    async with asi.InterpreterPool(1) as pool:
-        with pytest.raises(workfuncs.CustomError, match="boom") as info:
-            await pool.run(workfuncs.raise_custom, "boom")
-    cause = info.value.__cause__
-    assert isinstance(cause, asi.ExecutionFailed)
-    assert "raise_custom" in cause.remote_traceback
-    assert cause.type_name == "workfuncs.CustomError"
-    assert "Remote traceback" in str(cause)
-
-
 async def test_unrebuildable_exception_is_execution_failed():
     async with asi.InterpreterPool(1) as pool:
         with pytest.raises(asi.ExecutionFailed, match="NeedsTwoArgs") as info:
             await pool.run(workfuncs.raise_needs_two)
     assert "raise_needs_two" in info.value.remote_traceback
-
-
-@pytest.mark.parametrize("fn, arg", [(workfuncs.raise_exit, 3), (workfuncs.raise_keyboard, None)])
-async def test_control_flow_exceptions_do_not_escape(fn, arg):
-    async with asi.InterpreterPool(1) as pool:
-        args = () if arg is None else (arg,)
-        with pytest.raises(asi.ExecutionFailed, match="in its interpreter"):
-            await pool.run(fn, *args)
-        assert await pool.run(workfuncs.square, 3) == 9
 
 
 async def test_lambda_and_closure_are_refused_at_the_call_site():
@@ -140,87 +80,6 @@ async def test_not_callable():
             pool.submit(42)
 
 
-def test_bad_constructor_arguments():
-    with pytest.raises(ValueError, match="size must be a positive int"):
-        asi.InterpreterPool(0)
-    with pytest.raises(ValueError, match="size must be a positive int"):
-        asi.InterpreterPool(True)
-    with pytest.raises(TypeError, match=r"preload=\('json',\)"):
-        asi.InterpreterPool(1, preload="json")
-    with pytest.raises(TypeError, match="initializer must be callable"):
-        asi.InterpreterPool(1, initializer=3)
-    with pytest.raises(TypeError, match="initargs must be a tuple"):
-        asi.InterpreterPool(1, initializer=workfuncs.set_state, initargs=["a", 1])
-    with pytest.raises(ValueError, match="max_tasks_per_interpreter"):
-        asi.InterpreterPool(1, max_tasks_per_interpreter=0)
-    with pytest.raises(asi.NotShareableError, match="lambda"):
-        asi.InterpreterPool(1, initializer=lambda: None)
-
-
-def test_submit_without_running_loop():
-    pool = asi.InterpreterPool(1)
-    with pytest.raises(RuntimeError, match="needs a running event loop"):
-        pool.submit(workfuncs.square, 2)
-    pool.close()
-
-
-async def test_closed_pool_refuses_work():
-    pool = asi.InterpreterPool(1)
-    assert await pool.run(workfuncs.square, 2) == 4
-    await pool.aclose()
-    assert pool.closed
-    with pytest.raises(asi.PoolClosedError, match="closed"):
-        pool.submit(workfuncs.square, 2)
-    with pytest.raises(asi.PoolClosedError):
-        await pool.start()
-    pool.close()  # idempotent
-    await pool.aclose()
-    assert isinstance(asi.PoolClosedError("x"), RuntimeError)
-
-
-async def test_close_finishes_submitted_tasks():
-    pool = asi.InterpreterPool(1)
-    tasks = [pool.submit(workfuncs.square, i) for i in range(50)]
-    await pool.aclose()
-    assert [t.result() for t in tasks] == [i * i for i in range(50)]
-
-
-async def test_never_started_pool_closes():
-    pool = asi.InterpreterPool(2)
-    await pool.aclose()
-    assert pool.statistics()["state"] == "closed"
-
-
-async def test_preload_and_initializer():
-    async with asi.InterpreterPool(2, preload=("json", "fractions"),
-                                   initializer=workfuncs.set_state,
-                                   initargs=("greeting", "hi")) as pool:
-        results = await asyncio.gather(
-            *(pool.run(workfuncs.get_state, "greeting") for _ in range(8)))
-        assert results == ["hi"] * 8
-        assert await pool.run(workfuncs.imported, "fractions") is True
-
-
-async def test_failing_initializer_breaks_the_pool():
-    pool = asi.InterpreterPool(2, initializer=workfuncs.fail_init)
-    task = pool.submit(workfuncs.square, 3)
-    with pytest.raises(asi.BrokenPoolError, match="initializer says no") as info:
-        await task
-    assert isinstance(info.value, RuntimeError)
-    with pytest.raises(asi.BrokenPoolError):
-        await pool.start()
-    with pytest.raises(asi.BrokenPoolError):
-        pool.submit(workfuncs.square, 3)
-    await pool.aclose()
-
-
-async def test_preload_of_missing_module_breaks_the_pool():
-    pool = asi.InterpreterPool(1, preload=("no_such_module_xyz",))
-    with pytest.raises(asi.BrokenPoolError, match="no_such_module_xyz"):
-        await pool.start()
-    await pool.aclose()
-
-
 async def test_error_before_an_interpreter_exists_breaks_the_pool(monkeypatch):
     # A failure while preparing a worker (here: its bootstrap source), before
     # any interpreter runs, fails start() and the queued task; it used to
@@ -250,67 +109,6 @@ async def test_max_tasks_per_interpreter_replaces_workers():
     assert results == [i * i for i in range(20)]
 
 
-async def test_map_ordered_and_unordered():
-    async with asi.InterpreterPool(2) as pool:
-        got = [r async for r in pool.map(workfuncs.square, range(300), window=16)]
-        assert got == [i * i for i in range(300)]
-        unordered = [r async for r in pool.map(workfuncs.square, range(100), ordered=False)]
-        assert sorted(unordered) == [i * i for i in range(100)]
-
-
-async def test_map_accepts_async_iterables_and_stops_on_error():
-    async def numbers():
-        for i in range(10):
-            yield i
-
-    async with asi.InterpreterPool(2) as pool:
-        got = [r async for r in pool.map(workfuncs.square, numbers())]
-        assert got == [i * i for i in range(10)]
-        got = []
-        with pytest.raises(workfuncs.CustomError):
-            async for r in pool.map(workfuncs.raise_custom, ["a", "b"]):
-                got.append(r)
-        assert got == []
-        with pytest.raises(ValueError, match="window"):
-            async for _ in pool.map(workfuncs.square, [1], window=0):
-                pass
-
-
-async def test_task_api():
-    async with asi.InterpreterPool(1) as pool:
-        task = pool.submit(workfuncs.square, 5)
-        seen = []
-        task.add_done_callback(lambda t: seen.append(t.result()))
-        assert isinstance(task, asyncio.Future)
-        assert task.name == "square" and task.id > 0
-        assert not task.done()
-        assert await task == 25
-        await asyncio.sleep(0)
-        assert task.done() and not task.cancelled() and task.exception() is None
-        assert seen == [25]
-        assert "square" in repr(task)
-        other = pool.submit(workfuncs.square, 6)
-        assert other.id != task.id
-        other.set_name("six")
-        assert other.get_name() == "six"
-        assert await other == 36
-
-
-async def test_sys_path_added_at_run_time_is_seen(tmp_path):
-    (tmp_path / "late_module_xyz.py").write_text("def value():\n    return 'late'\n")
-    async with asi.InterpreterPool(2) as pool:
-        await pool.run(workfuncs.square, 1)
-        sys.path.insert(0, str(tmp_path))
-        try:
-            import late_module_xyz
-
-            results = await asyncio.gather(*(pool.run(late_module_xyz.value) for _ in range(6)))
-            assert results == ["late"] * 6
-        finally:
-            sys.path.remove(str(tmp_path))
-            sys.modules.pop("late_module_xyz", None)
-
-
 async def test_default_pool():
     assert await asi.run(workfuncs.square, 11) == 121
     assert await asi.run(workfuncs.add, 1, b=2) == 3
@@ -332,54 +130,6 @@ async def test_statistics():
         stats = pool.statistics()
     assert stats["size"] == 2 and stats["submitted"] == 10 and stats["queued"] == 0
     assert stats["state"] == "running"
-
-
-def test_pool_shared_by_two_loops_in_two_threads():
-    pool = asi.InterpreterPool(2)
-    results: dict[str, list[int]] = {}
-    errors: list[BaseException] = []
-
-    def thread_main(label, offset):
-        async def go():
-            return await asyncio.gather(
-                *(pool.run(workfuncs.square, offset + i) for i in range(200)))
-
-        try:
-            results[label] = asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=thread_main, args=(n, k))
-               for n, k in (("a", 0), ("b", 1000))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
-    assert results["a"] == [i * i for i in range(200)]
-    assert results["b"] == [(1000 + i) ** 2 for i in range(200)]
-
-    async def close():
-        await pool.aclose()
-
-    asyncio.run(close())
-
-
-def test_unclosed_pool_warns(recwarn):
-    async def main():
-        pool = asi.InterpreterPool(1)
-        assert await pool.run(workfuncs.square, 2) == 4
-        return pool
-
-    pool = asyncio.run(main())
-    import warnings
-
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        del pool
-        collect_until(lambda: any(issubclass(w.category, ResourceWarning) for w in seen))
-    (warned,) = [w for w in seen if issubclass(w.category, ResourceWarning)]
-    assert "unclosed" in str(warned.message)
 
 
 def test_loop_shutdown_interrupts_abandoned_default_pool_tasks():
