@@ -88,8 +88,8 @@ def blocked_modules(private_copies: bool = False) -> tuple[str, ...]:
     With private copies (fallback="copy", 3.13+ only) on 3.13, _datetime is
     imported in main instead and left to the workers: numpy, orjson and
     pydantic-core need its C API, and gh-136421 does not strike once main
-    imported it first (measured on 3.13.0 and 3.13.18;
-    research/private-extension-copies.md).
+    imported it first (measured on 3.13.0 and 3.13.18 with numpy, orjson and
+    pydantic-core loaded in four workers at once).
     """
     blocked = _BLOCKED_BY_VERSION.get(sys.version_info[:2], ())
     if private_copies and sys.version_info[:2] == (3, 13):

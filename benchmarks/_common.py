@@ -644,7 +644,7 @@ def serial_spin(info: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
 
 @dataclasses.dataclass
 class Target:
-    """One line of DESIGN.md's table, measured: ``measured op limit`` passes."""
+    """One target, measured: ``measured op limit`` passes."""
 
     what: str
     measured: float
@@ -718,7 +718,7 @@ def targets_table(targets: list[Target]) -> str:
         measured = fmt_ratio(t.measured) if t.unit == "x" else fmt(t.measured, 2, " " + t.unit)
         limit = f"{t.op} {t.limit:g}{'x' if t.unit == 'x' else ' ' + t.unit}"
         rows.append([t.what, measured, limit, t.verdict, t.note])
-    return markdown_table(["target (DESIGN.md)", "measured", "target", "verdict", "anchor"], rows,
+    return markdown_table(["target", "measured", "target", "verdict", "anchor"], rows,
                           left=(0, 3, 4))
 
 

@@ -14,7 +14,7 @@ Contenders, each in its own process, 2 workers each:
   aiosubinterp c=N        InterpreterPool(2, concurrency_per_interpreter=N)
   aiomultiprocess c=N     aiomultiprocess.Pool(2, childconcurrency=N) (spawn), ``pool.apply``
 
-Issue #5 names aiomultiprocess's childconcurrency as the model; there is no
+aiomultiprocess's childconcurrency is the model for this feature; there is no
 figure to reach, the table compares. Coroutines in interpreters need
 CPython 3.13 (on 3.12 the aiosubinterp rows show the refusal).
 

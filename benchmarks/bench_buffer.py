@@ -27,7 +27,7 @@ Contenders this Python does not have are skipped, with the reason printed.
 Also measured, for aiosubinterp: peak RSS growth (VmHWM, reset through
 /proc/self/clear_refs) during 64 MiB echoes, over the payload already resident.
 
-DESIGN.md / issue #4 targets: 64 MiB echo >= 100x faster than the fork pool,
+Targets: 64 MiB echo >= 100x faster than the fork pool,
 within 10x of to_thread; peak RSS growth < 16 MiB during a 64 MiB echo.
 
 Run: ``python benchmarks/bench_buffer.py [--quick] [--json] [--loop uvloop]``.
@@ -151,7 +151,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        note="3.14+: interp.call"),
         _common.Target("(info) 64 MiB echo: shm's p50 / ours",
                        _common.ratio(p50("shm", "64MiB-echo"), ours), ">=", 1,
-                       note="not a DESIGN.md target"),
+                       note="informational, no target"),
     ]
     notes = [
         f"per round: {params['n_small']} calls per 1 MiB case, {params['n_large']} per 64 MiB "

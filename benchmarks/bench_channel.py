@@ -22,7 +22,7 @@ Contenders:
 Not measured (missing): CPython 3.13's private ``_interpqueues`` (its public wrapper
 polls with sleeps; a fair contender needs more work).
 
-DESIGN.md / issue #3 targets: small items interp->loop >= 5 x mp.Queue and >= 2 x
+Targets: small items interp->loop >= 5 x mp.Queue and >= 2 x
 thread+asyncio.Queue; ping-pong p50 < 50 us; 1 MiB chunks >= 3 x mp.Queue.
 
 Run: ``python benchmarks/bench_channel.py [--quick] [--json] [--loop uvloop]``.

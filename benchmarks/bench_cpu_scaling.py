@@ -17,9 +17,9 @@ Contenders, each in its own process:
                        free-threaded builds only)
 
 speedup = serial batch time / the contender's batch time (medians).
-DESIGN.md target: aiosubinterp's speedup >= 0.9 x the speedup that the 2 plain
+Target: aiosubinterp's speedup >= 0.9 x the speedup that the 2 plain
 processes reach on the same machine in the same run; on a free-threaded build
-(3.13t), also >= 0.95 x to_thread's speedup (issue 16).
+(3.13t), also >= 0.95 x to_thread's speedup.
 
 Run: ``python benchmarks/bench_cpu_scaling.py [--quick] [--json] [--loop uvloop]``.
 """
@@ -121,7 +121,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        ">=", 0.9, note=f"{PLAIN}: speedup {_common.fmt_ratio(plain_speedup)}"),
         _common.Target("(info) speedup / ProcessPoolExecutor's",
                        _common.ratio(ours, speedups.get("procpool-fork")), ">=", 1.0,
-                       note="not a DESIGN.md target"),
+                       note="informational, no target"),
     ]
     if _common.FREE_THREADED:
         targets += [

@@ -13,7 +13,7 @@ Contenders, each in its own process (with its own cluster):
                           (2 interpreters, each with its own GIL); the tasks are
                           annotated with dask.annotate(executor="interpreters")
 
-Target (issue #8): the interpreter executor reaches >= 1.7x the thread
+Target: the interpreter executor reaches >= 1.7x the thread
 executor's throughput in the same run, on 2 cores.
 
 Run: ``python benchmarks/bench_dask.py [--quick] [--json]``.
@@ -79,7 +79,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     speedup = _common.ratio(med.get("dask interpreters"), threads)
     targets = [
         _common.Target("Dask worker: interpreter executor / thread executor throughput",
-                       speedup, ">=", 1.7, note="issue #8; 1 worker, 2 threads, 2 cores"),
+                       speedup, ">=", 1.7, note="1 worker, 2 threads, 2 cores"),
     ]
     notes = [
         f"Task: spin(n={params['n']:,}), calibrated to ~{params['task_seconds']} s in the parent "

@@ -40,7 +40,7 @@ Per contender, after a short warm-up of the heavy endpoint:
    from 64 KiB up). Reported: MiB/s of response bytes (wrk's ``Transfer/sec``;
    1 MiB = 2**20 bytes, what wrk prints as "MB").
 
-Targets (issue #15; one run, 2 cores, aiohttp on uvloop; each app's are
+Targets (one run, 2 cores, aiohttp on uvloop; each app's are
 computed against its own to_thread, Starlette's and FastAPI's printed too):
   /ping p99 while the heavy endpoint is loaded <= 0.1 x to_thread's;
   heavy endpoint req/s >= 1.4 x to_thread's;
@@ -115,7 +115,7 @@ APP = APPS["aiohttp"][0]
 LUA = os.path.join(_common.HERE, "_wrk_report.lua")
 WRK_MARK = "@@wrk "
 
-# DESIGN-style targets of issue #15.
+# The targets (each app against its own to_thread).
 LIGHT_P99_MAX = 0.1  # x to_thread's p99
 HEAVY_RPS_MIN = 1.4  # x to_thread's req/s
 STREAM_MIB_S_MIN = 200.0
@@ -323,7 +323,7 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
 
 def targets_of(summary: dict[str, dict[str, float]],
                app: str = "aiohttp") -> list[_common.Target]:
-    """The three targets of issue #15 for ``app`` from report()'s summary.
+    """The three targets for ``app`` from report()'s summary.
 
     Against that app's own to_thread; NaN (no verdict) where a figure is
     missing. Each target's name starts with the app: ``aiohttp: /ping p99 ...``.

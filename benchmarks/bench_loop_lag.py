@@ -13,7 +13,7 @@ Contenders, each in its own process:
   to_thread      ``asyncio.to_thread`` on 2 threads (GIL-bound: expect tens of ms)
   procpool-fork  ``loop.run_in_executor`` on ProcessPoolExecutor(2, fork)
 
-DESIGN.md target: aiosubinterp's p99 lag < 2 ms while all workers are busy.
+Target: aiosubinterp's p99 lag < 2 ms while all workers are busy.
 Note that the ticker's thread competes with 2 busy workers for 2 CPUs (and
 with whatever else runs on the machine): the process pool pays that too.
 

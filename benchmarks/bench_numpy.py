@@ -32,7 +32,7 @@ Native thread pools: ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and the like 
 a BLAS pool sized for every core oversubscribe the machine, and with ``fallback="copy"``
 the one OpenBLAS of the process is shared by all the copies anyway.
 
-DESIGN.md / issue 24 targets (against ProcessPool, ours, the user's other choice for numpy):
+Targets (against ProcessPool, ours, the user's other choice for numpy):
 throughput >= 0.9x; memory added <= 0.6x; 16 MiB ``a * 2`` round trip >= 10x faster.
 
 Run: ``python benchmarks/bench_numpy.py [--quick] [--json] [--workers N] [--loop uvloop]``.
@@ -261,7 +261,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             note="transport alone"),
         _common.Target("(info) cold start: copy / ProcessPool", _common.ratio(
             ours.get("cold_ms"), anchor.get("cold_ms")), "<=", 1,
-            note="no DESIGN.md target for numpy"),
+            note="informational, no target"),
         _common.Target("(info) copy: tasks/s / to_thread's", _common.ratio(
             ours.get("tasks_per_s"), of("to_thread", "tasks_per_s")), ">=", 1,
             note="asyncio.to_thread"),
@@ -279,8 +279,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "after every worker imported numpy and ran the task, minus the sum before the pool "
         "was made (the process had imported numpy already, in every contender); 'after run' = "
         "the same after the throughput batches; RSS added (info): the same with RSS, which "
-        "counts a page shared by several processes in each of them (the figure of "
-        "research/private-extension-copies.md). processes = the contender's process plus "
+        "counts a page shared by several processes in each of them (the figure earlier "
+        "experiments reported). processes = the contender's process plus "
         "its descendants when warm. Medians over rounds.",
         f"16 MiB: {params['array_calls']} timed awaits per op and round after "
         f"{params['array_warmup']} warm-up; a*2 returns a new array (what the target uses), "

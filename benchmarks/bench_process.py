@@ -11,7 +11,7 @@ Contenders, each in its own process:
   procpool-spawn          the same with the spawn start method
   aiosubinterp            InterpreterPool(size=2), for scale
 
-Target (issue #8): ProcessPool's p50 round trip within 1.5 x ProcessPoolExecutor's
+Target: ProcessPool's p50 round trip within 1.5 x ProcessPoolExecutor's
 (the fastest of its start methods is the anchor); it is a fallback, but it
 must not be slow.
 

@@ -24,9 +24,9 @@ Contenders, each in its own process:
 
 Contenders this Python does not have are skipped, with the reason printed.
 
-On a free-threaded build (3.13t) the target against to_thread is 0.3x (issue 16).
+On a free-threaded build (3.13t) the target against to_thread is 0.3x.
 
-DESIGN.md target: p50 round trip <= 0.5 x asyncio.to_thread's and <= 0.1 x the
+Target: p50 round trip <= 0.5 x asyncio.to_thread's and <= 0.1 x the
 process pool's (the faster of fork and forkserver is the anchor); on 3.14+,
 <= 0.2 x the standard library's InterpreterPoolExecutor's.
 
@@ -112,7 +112,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        note="3.14+: interp.call on 2 threads"),
         _common.Target("(info) p50 / anyio.to_interpreter's",
                        _common.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
-                       note="not a DESIGN.md target"),
+                       note="informational, no target"),
     ]
     n = params["n"]
     notes = [

@@ -31,7 +31,7 @@ The executors and aiointerpreters create their interpreters lazily or in the
 background: their first result needs one interpreter, ours (``async with``)
 waits for both.
 
-DESIGN.md targets: start to first result no slower than the fork-based process
+Targets: start to first result no slower than the fork-based process
 pool, preload makes the first task cheap; memory of the warm workers (RSS
 added) <= 0.5 x what the (fork) process pool adds. On 3.14+: first result no
 slower than the standard library's own interpreters (concurrent.interpreters,
@@ -219,7 +219,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "module (done before the clock starts).",
         "Memory read after both workers ran a task (json, re and collections imported in each). "
         "RSS counts the pages a forked worker shares with its parent in both; PSS splits them. "
-        "DESIGN.md's memory target is checked on RSS; the PSS line shows that forked workers, "
+        "The memory target is checked on RSS; the PSS line shows that forked workers, "
         "sharing their parent's pages copy-on-write, add less unique memory than interpreters.",
         *infos,
     ]

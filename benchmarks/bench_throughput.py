@@ -32,10 +32,10 @@ Contenders, each in its own process:
 
 Contenders this Python does not have are skipped, with the reason printed.
 
-On a free-threaded build (3.13t) the target against to_thread is 2x (issue 16).
+On a free-threaded build (3.13t) the target against to_thread is 2x.
 
-DESIGN.md target: >= 3 x asyncio.to_thread's tasks/s and >= 10 x the process
-pool's (the faster of fork and forkserver is the anchor). Issue #5's target
+Target: >= 3 x asyncio.to_thread's tasks/s and >= 10 x the process
+pool's (the faster of fork and forkserver is the anchor). The target
 for the executor, through run_in_executor: >= 5 x the process pool's and
 >= 5 x interpreters-pep-734's executor. On 3.14+: >= 10 x the standard
 library's InterpreterPoolExecutor's (through run_in_executor).
@@ -147,13 +147,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
                        note="3.14+: both via run_in_executor"),
         _common.Target("tasks/s / anyio.to_interpreter's",
                        _common.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
-                       note="DESIGN.md names it as an anchor, no figure"),
+                       note="an anchor, no figure"),
         _common.Target("executor tasks/s / process pool's",
                        _common.ratio(executor, med.get(best_pool) if best_pool else None), ">=", 5,
-                       note=f"issue #5; both via run_in_executor; {best_pool or 'process pool'}"),
+                       note=f"both via run_in_executor; {best_pool or 'process pool'}"),
         _common.Target("executor tasks/s / pep734 executor's",
                        _common.ratio(executor, med.get("pep734-executor")), ">=", 5,
-                       note="issue #5; both via run_in_executor; interpreters-pep-734"),
+                       note="both via run_in_executor; interpreters-pep-734"),
     ]
     notes = [
         f"Per round: {params['warmup']} warm-up tasks, then {params['batches']} batch(es) of "

@@ -8,7 +8,7 @@ interpreter and in every worker interpreter (each gets its own module state);
 C-level statics (the registry of live workers) are shared by the process.
 """
 
-# == Free threading (PEP 703; issue 16) ==
+# == Free threading (PEP 703) ==
 #
 # The module declares Py_mod_gil = Py_MOD_GIL_NOT_USED (the directive above),
 # so importing it on a free-threaded build ("3.13t") leaves the GIL off. There

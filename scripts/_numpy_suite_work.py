@@ -35,7 +35,7 @@ import uuid
 
 __all__ = ["HELPERS", "run_file"]
 
-# numpy's single-phase test helper modules (research/private-extension-copies.md),
+# numpy's single-phase test helper modules (a private copy cannot isolate them),
 # and the stdlib modules numpy's test files import at module level that CPython
 # refuses in own-GIL interpreters: tracemalloc (its C module is single-phase),
 # and on 3.12 ctypes. Each is tried first: one that loads is left alone.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """numpy's own test files, run by pytest inside worker interpreters with private copies.
 
-Issue 24's proof: each file runs with pytest inside a worker of
+The proof of ``fallback="copy"`` for numpy: each file runs with pytest inside a worker of
 ``InterpreterPool(2, fallback="copy")`` (two workers at once, each taking
 files from the pool's queue) and, as the baseline, in the main interpreter of
 a plain process; a table per file compares the counts, and every test whose

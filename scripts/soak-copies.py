@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Soak: numpy, orjson, lxml and pydantic in private copies, 4 workers, for minutes.
 
-Issue 24's soak: ``InterpreterPool(4, fallback="copy")`` runs the four
+``InterpreterPool(4, fallback="copy")`` runs the four
 packages' workloads (scripts/_soak_work.py: each takes a seed and returns a
 digest) without pause from 8 concurrent callers for ``--minutes``; every
 result is checked against the digest the main interpreter computed for that

@@ -1,4 +1,4 @@
-"""Zero-copy buffers, shared memory, fd passing and refusals (issue #4)."""
+"""Zero-copy buffers, shared memory, fd passing and refusals."""
 
 from __future__ import annotations
 

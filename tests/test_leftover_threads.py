@@ -1,5 +1,5 @@
-"""A task that leaves a thread running in its interpreter (review R3,
-/work/shared/reviews/memory-safety-2026-12-04.md).
+"""A task that leaves a thread running in its interpreter (finding R3 of an
+outside memory-safety review).
 
 CPython's Py_EndInterpreter joins the interpreter's `threading` threads
 without bound and aborts ("not the last thread") if any other thread state

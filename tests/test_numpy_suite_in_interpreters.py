@@ -1,7 +1,8 @@
 """numpy's own tests (one file) pass inside interpreters with fallback="copy", as in main.
 
-The CI part of issue 24's proof; scripts/numpy-tests-in-interpreters.py runs
-the other files. In a child process (a copy that goes wrong may crash it):
+The CI part of the proof of ``fallback="copy"`` for numpy;
+scripts/numpy-tests-in-interpreters.py runs the other files. In a child
+process (a copy that goes wrong may crash it):
 pytest runs numpy's test_einsum.py in a worker of
 ``InterpreterPool(1, fallback="copy")`` (and in two workers at once), then, after the pool is
 closed, in the child's main interpreter; the outcomes must be the same, test

@@ -1,5 +1,5 @@
 """Regression tests for the worker, hub and interrupt findings of the C review
-(/work/shared/reviews/memory-safety-2026-12-03.md, findings 1, 3, 6, 7, 8, 12).
+(an outside memory-safety review; its findings 1, 3, 6, 7, 8, 12).
 
 Crash-prone paths run in a child process that checks the exit code.
 """

@@ -1,5 +1,5 @@
 """Regression tests for the C review of 2026-12-04
-(/work/shared/reviews/memory-safety-2026-12-04.md): findings R4-R8, U3.
+(an outside memory-safety review): findings R4-R8, U3.
 
 Crash-prone paths (a reproducer that segfaulted) run in a child process
 that checks the exit code.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 
@@ -135,3 +136,43 @@ def test_no_import_cycle_between_the_package_modules():
     for name in sorted(graph):
         cycle = walk(name, [])
         assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# Files a reader of this repository cannot open (the developers' machine,
+# documents kept outside the repository) and issue numbers of a tracker that
+# is not public: a source file states the facts themselves instead.
+UNREADABLE_REFERENCE = re.compile(
+    r"/work/|\.\./shared|\b(?:research|reviews)/[\w.-]+\.md|DESIGN\.md|\b[Ii]ssue #?\d+\b")
+# Kept as they are: the changelog and the benchmark log record history.
+HISTORY = {"CHANGELOG.md", "benchmarks/README.md", "docs/benchmarks.md",
+           "tests/test_sourcecode.py"}  # and this file, which spells the patterns out
+
+
+# Folders of the tree that are not the project's sources (see .gitignore).
+NOT_SOURCES = {"build", "dist", "site", "out", "venv", "__pycache__", "aiosubinterp-demo",
+               "aiosubinterp-bench"}
+
+
+def _project_files(root: pathlib.Path):
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d in NOT_SOURCES
+                                                 or d.endswith(".egg-info")))
+        for name in sorted(files):
+            yield pathlib.Path(folder, name)
+
+
+def test_sources_name_no_reference_a_reader_cannot_open():
+    root = EXT.parent
+    suffixes = {".py", ".pyx", ".pxi", ".pxd", ".h", ".md", ".toml", ".sh", ".cfg", ".yml"}
+    found = []
+    checked = 0
+    for path in _project_files(root):
+        name = path.relative_to(root).as_posix()
+        if name in HISTORY or path.suffix not in suffixes:
+            continue
+        checked += 1
+        for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if UNREADABLE_REFERENCE.search(line) and "uvloop issue" not in line:
+                found.append(f"{name}:{lineno}: {line.strip()}")
+    assert checked > 100, checked  # the walk found the project
+    assert not found, "\n".join(found)

@@ -565,7 +565,8 @@ class InterpreterPool(_Engine):
         forward_logging: bool = True,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
-        # fallback="process" (issue #8): aiosubinterp._engine.fallback
+        # fallback="process": a ProcessPool for what interpreters refuse
+        # (aiosubinterp._engine.fallback).
         self._fallback = _procfallback.make(
             fallback, size=size, initializer=initializer, initargs=initargs,
             max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace)
@@ -586,7 +587,7 @@ class InterpreterPool(_Engine):
         if router is not None:
             self._closed.add_done_callback(lambda _: router.close())
 
-    # -- fallback="process" (issue #8): aiosubinterp._engine.fallback ----------------
+    # -- fallback="process": aiosubinterp._engine.fallback --------------------------
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.

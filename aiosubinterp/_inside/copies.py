@@ -6,7 +6,8 @@ statics, one set per loaded file. Loading a fresh *copy* of the file, at a
 path this process never loaded before, gives this interpreter statics of its
 own; CPython's refusal is then lifted for that one load
 (``_imp._override_multi_interp_extensions_check``). Measured facts behind each
-rule (``research/private-extension-copies.md``):
+rule (3.13.0, numpy, orjson, pydantic-core, lxml, msgspec and scipy in 2-4
+workers at once):
 
 - Only multi-phase modules (``PyModuleDef_Init``) can be isolated this way: a
   single-phase module's init runs in the *main* interpreter on 3.13+ and binds

@@ -3,7 +3,7 @@
 Each benchmark runs as ``bench_x.py --json`` in a child process; its JSON
 gives the report's table of targets and one PNG per benchmark (matplotlib,
 the ``bench`` extra), which stands alone: the contenders' headline figure,
-one labelled bar each, and every DESIGN.md target with its limit drawn.
+one labelled bar each, and every target with its limit drawn.
 Progress goes to stderr: a rich progress bar on a terminal, plain lines
 otherwise (a log, CI).
 """
@@ -198,7 +198,7 @@ def _targets_panel(ax: Any, targets: list[dict[str, Any]], Line2D: Any, Patch: A
                 + (0 if log else hi * 0.02), y, text, va="center", fontsize=8)
     ax.set_xlabel("measured, in each row's unit (x: a ratio, as the target is worded)"
                   + ("; log scale" if log else ""))
-    ax.set_title("DESIGN.md targets: measured vs limit", loc="left", fontsize=10)
+    ax.set_title("Targets: measured vs limit", loc="left", fontsize=10)
     ax.legend(handles=[Patch(color="tab:green", label="PASS"), Patch(color="tab:red",
                                                                       label="MISS"),
                        Patch(color="lightgray", label="n/a"),
