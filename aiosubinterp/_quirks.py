@@ -25,7 +25,7 @@
   module stops the threads of every interpreter, which a worker stuck in C
   never allows, so main's first import of it (to describe a cancelled task)
   waited forever. Versions: free-threaded 3.13. Proved by:
-  tests/test_review_core.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70
+  tests/test_worker_races.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70
   (run on 3.13t).
 - A new interpreter waits on free-threaded builds while a worker given up on
   still holds its thread state in C (``note_abandoned``,
@@ -34,7 +34,7 @@
   the modules it imports), which a thread in a long C call never allows: the
   replacement for a worker stuck in C froze the whole process, event loop
   included. Versions: free-threaded 3.13 (the same code is in 3.14 and main).
-  Proved by: tests/test_review_core.py, the test
+  Proved by: tests/test_worker_races.py, the test
   test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns; and
   for a task swallowing interruptions in bytecode (replaced at once),
   tests/stress/test_stress_faults.py, the test

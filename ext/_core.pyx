@@ -92,7 +92,7 @@ C-level statics (the registry of live workers) are shared by the process.
 # One CPython 3.13t limit no lock of ours can fix: importing an extension
 # module stops the world of EVERY interpreter (_PyEval_EnableGILTransient),
 # so while a worker sits in C code that never reaches an eval breaker,
-# main's next extension import waits for it (tests/test_review_core.py).
+# main's next extension import waits for it (tests/test_worker_races.py).
 # live_workers(), ChannelEnd._stats() and share_stats() copy C values out
 # and build their tuples after the unlock for that reason (with a GIL, a
 # collection started inside could run a finalizer that takes the same mutex).

@@ -157,7 +157,7 @@ fi
 #    taken while holding one) runs the channel, cancellation, share, review
 #    and stress tests on 3.13 here. Last, because it rebuilds .venv-3.13's
 #    extension in place; the next make rebuilds the release build by itself.
-DEBUG_TESTS="${DEBUG_TESTS-tests/test_locks_and_timeouts.py tests/test_review_core_2.py tests/test_channel.py tests/test_channel_ends.py tests/test_cancel.py tests/test_buffer.py tests/test_review_core.py tests/stress}"
+DEBUG_TESTS="${DEBUG_TESTS-tests/test_locks_and_timeouts.py tests/test_crossing_edge_cases.py tests/test_channel.py tests/test_channel_ends.py tests/test_cancel.py tests/test_buffer.py tests/test_worker_races.py tests/stress}"
 if [[ -n "$DEBUG_TESTS" ]] && py="$(bash scripts/find-python.sh 3.13 2>/dev/null)"; then
     echo "=== Python 3.13 here, debug build (lock order checked): $DEBUG_TESTS ==="
     if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS=3.13 AIOSUBINTERP_DEBUG=1 \

@@ -503,7 +503,7 @@ async def test_channel_of_channels():
         with pytest.raises(asi.EndOfChannel):
             await data_recv.recv()  # the worker closed the last send end
         # Ends inside a pickled container cross too. (A receive end of the
-        # channel itself would be refused: tests/test_review_core_2.py.)
+        # channel itself would be refused: tests/test_crossing_edge_cases.py.)
         s, r = asi.open_channel(1)
         s2, r2 = asi.open_channel(1)
         s.send_nowait([r2, {"k": s}])

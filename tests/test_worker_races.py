@@ -1,5 +1,6 @@
-"""Regression tests for the worker, hub and interrupt findings of the C review
-(an outside memory-safety review; its findings 1, 3, 6, 7, 8, 12).
+"""Races and stuck workers: a worker holding its GIL in C, a cancellation racing a
+job that became a coroutine, submit racing shutdown, completions for a closed hub,
+an exception escaping the job loop, a share racing its owner's end, setup blobs.
 
 Crash-prone paths run in a child process that checks the exit code.
 """
@@ -12,7 +13,7 @@ import sys
 import sysconfig
 
 import pytest
-import reviewcorefuncs
+import racefuncs
 import workfuncs
 from childproc import run_child
 
@@ -72,13 +73,13 @@ def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
     proc = run_child(tmp_path, """
         import asyncio, os
         import aiosubinterp as asi
-        import aiohelpers, reviewcorefuncs
+        import aiohelpers, racefuncs
 
         async def main():
             r, w = os.pipe()
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.start()
-            task = pool.submit(reviewcorefuncs.sum_forever, w)
+            task = pool.submit(racefuncs.sum_forever, w)
             # Read on the loop, not in run_in_executor: its first use imports
             # _queue, and on a free-threaded build an extension import in main
             # waits for a worker stuck in C (a documented CPython limit).
@@ -104,7 +105,7 @@ async def test_worker_stuck_in_c_holding_its_gil_is_replaced(pipe):
     flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:
         stuck_id = await pool.run(workfuncs.interp_id)
-        task = pool.submit(reviewcorefuncs.hold_gil, flag, w)
+        task = pool.submit(racefuncs.hold_gil, flag, w)
         try:
             assert await read_byte(r) == b"s"  # the worker holds its GIL in C now
             task.cancel()
@@ -129,14 +130,14 @@ def test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns(tmp_p
     proc = run_child(tmp_path, f"""
         import asyncio, os, time, warnings
         import aiosubinterp as asi
-        import aiohelpers, reviewcorefuncs, workfuncs
+        import aiohelpers, racefuncs, workfuncs
 
         async def main():
             r, w = os.pipe()
             flag = asi.SharedBuffer(2)
             async with asi.InterpreterPool(1, cancel_grace=0.2) as pool:
                 stuck_id = await pool.run(workfuncs.interp_id)
-                task = pool.submit(reviewcorefuncs.hold_gil, flag, w)
+                task = pool.submit(racefuncs.hold_gil, flag, w)
                 # Read on the loop, not in run_in_executor: its first use
                 # imports _queue, and on this build an extension import in
                 # main waits for a worker stuck in C (a CPython limit). It
@@ -181,7 +182,7 @@ async def test_worker_interrupt_is_bounded_and_delivered_later(pipe):
     flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, cancel_grace=60) as pool:
         await pool.run(workfuncs.interp_id)
-        task = pool.submit(reviewcorefuncs.hold_gil_then_spin, flag, w)
+        task = pool.submit(racefuncs.hold_gil_then_spin, flag, w)
         try:
             assert await read_byte(r) == b"s"
             await asyncio.wait_for(holding(flag), 30)
@@ -211,8 +212,8 @@ async def test_interrupt_claimed_while_the_worker_loop_sleeps_cancels_the_corout
     flag = asi.SharedBuffer(2)
     async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,
                                    cancel_grace=60) as pool:
-        first_id = await pool.run(reviewcorefuncs.async_interp_id)  # the worker's loop exists
-        task = pool.submit(reviewcorefuncs.hold_gil_then_sleep, flag, w)
+        first_id = await pool.run(racefuncs.async_interp_id)  # the worker's loop exists
+        task = pool.submit(racefuncs.hold_gil_then_sleep, flag, w)
         try:
             assert await read_byte(r) == b"s"
             await asyncio.wait_for(holding(flag), 30)
@@ -243,7 +244,7 @@ async def test_timeout_on_the_first_coroutine_of_a_fresh_pool(pipe, concurrency)
                                    cancel_grace=60) as pool:
         first_id = await pool.run(workfuncs.interp_id)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(pool.run(reviewcorefuncs.async_sleep_marked, w), 0.005)
+            await asyncio.wait_for(pool.run(racefuncs.async_sleep_marked, w), 0.005)
 
         async def idle():
             while pool.statistics()["running"]:
@@ -316,7 +317,7 @@ def test_result_dropped_by_a_closed_hub_releases_its_fd_and_share(pipe):
 
     async def main():
         await pool.start()
-        pool.submit(reviewcorefuncs.wait_then_return_carriers, sw, r)
+        pool.submit(racefuncs.wait_then_return_carriers, sw, r)
         # Blocked in os.read: the loop's end interrupts the task (which
         # ignores it) and closes the hub before the task returns.
         assert await read_byte(sr) == b"s"
@@ -338,7 +339,7 @@ def test_result_dropped_by_a_closed_hub_releases_its_fd_and_share(pipe):
 async def test_settings_a_worker_cannot_apply_fail_the_task_not_lose_it():
     async with asi.InterpreterPool(1) as pool:
         first_id = await pool.run(workfuncs.interp_id)
-        entry = reviewcorefuncs.RefusedInWorkers()
+        entry = racefuncs.RefusedInWorkers()
         sys.path.append(entry)  # published to the workers at the next submit
         try:
             with pytest.raises(LookupError, match="cannot be rebuilt in a worker"):
@@ -377,14 +378,14 @@ def test_share_encoded_while_its_worker_leaves_its_job_loop(tmp_path):
     proc = run_child(tmp_path, """
         import asyncio, os
         import aiosubinterp as asi
-        import reviewcorefuncs
+        import racefuncs
 
         async def main():
             r, w = os.pipe()
             lock = asi.SharedLock()
             lock.acquire()
             pool = asi.InterpreterPool(1)
-            await pool.run(reviewcorefuncs.share_from_a_thread, lock, w)
+            await pool.run(racefuncs.share_from_a_thread, lock, w)
             loop = asyncio.get_running_loop()
             assert await loop.run_in_executor(None, os.read, r, 1) == b"b"
             (worker,) = pool._workers.values()

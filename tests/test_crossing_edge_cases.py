@@ -1,5 +1,6 @@
-"""Regression tests for the C review of 2026-12-04
-(an outside memory-safety review): findings R4-R8, U3.
+"""Edge cases of what crosses: fds stay non-inheritable, the fd of a result nobody
+wants is closed, a receive end sent into its own channel, deep nesting in loads(),
+internal objects misused, a socket that cannot be rebuilt.
 
 Crash-prone paths (a reproducer that segfaulted) run in a child process
 that checks the exit code.
@@ -13,8 +14,8 @@ import select
 import socket
 import sys
 
+import crossingfuncs
 import pytest
-import reviewcore2funcs
 import workfuncs
 from childproc import run_child
 
@@ -35,16 +36,16 @@ async def test_fds_received_by_a_worker_are_not_inheritable(pipe):
     a, b = socket.socketpair()
     with a, b:
         async with asi.InterpreterPool(1) as pool:
-            inheritable, _ = await pool.run(reviewcore2funcs.fd_info, asi.FileDescriptor(r))
+            inheritable, _ = await pool.run(crossingfuncs.fd_info, asi.FileDescriptor(r))
             assert inheritable is False
-            inheritable, _ = await pool.run(reviewcore2funcs.sock_info, a)
+            inheritable, _ = await pool.run(crossingfuncs.sock_info, a)
             assert inheritable is False
 
 
 async def test_an_fd_returned_by_a_worker_is_not_inheritable(pipe):
     _, w = pipe
     async with asi.InterpreterPool(1) as pool:
-        got = await pool.run(reviewcore2funcs.give_fd, w)
+        got = await pool.run(crossingfuncs.give_fd, w)
     try:
         assert got != w
         assert os.get_inheritable(got) is False
@@ -77,7 +78,7 @@ async def test_int_fd_of_a_task_cancelled_after_it_finished_is_closed(pipe):
         await pool.run(workfuncs.interp_id)  # started: the task below runs at once
         before = open_fds()
         for _ in range(30):
-            task = pool.submit(reviewcore2funcs.give_fd, r)
+            task = pool.submit(crossingfuncs.give_fd, r)
             # Block the loop's thread until the task's completion is posted
             # (the hub's fd becomes readable): the loop cannot drain it meanwhile.
             fd = task._hub.core.fileno()
@@ -92,7 +93,7 @@ async def test_int_fd_of_a_task_cancelled_after_it_finished_is_closed(pipe):
 async def test_int_fd_of_a_wanted_result_still_arrives(pipe):
     r, _ = pipe
     async with asi.InterpreterPool(1) as pool:
-        got = await pool.run(reviewcore2funcs.give_fd, r)
+        got = await pool.run(crossingfuncs.give_fd, r)
     os.close(got)
 
 
@@ -120,7 +121,7 @@ async def test_drain_discards_what_is_not_wanted():
             # Every record is released: the worker let go of its views
             # before it ran this next call, and share_stats() releases what
             # came back to main.
-            await pool.run(reviewcore2funcs.live_shares)
+            await pool.run(crossingfuncs.live_shares)
             assert _core.share_stats()[0] == 0
         finally:
             hub.close()
@@ -135,7 +136,7 @@ async def test_receive_end_into_its_own_channel_is_refused():
     tx, rx = asi.open_channel(1)
     with tx, rx:
         clone = rx.clone()
-        for item in (rx, ("x", rx), [1, {"k": clone}], reviewcore2funcs.Holder(rx)):
+        for item in (rx, ("x", rx), [1, {"k": clone}], crossingfuncs.Holder(rx)):
             with pytest.raises(asi.NotShareableError, match=OWN_CHANNEL):
                 tx.send_nowait(item)
             with pytest.raises(asi.NotShareableError, match=OWN_CHANNEL):
@@ -169,7 +170,7 @@ async def test_receive_end_into_its_own_channel_is_refused_by_send_sync_in_a_wor
     tx, rx = asi.open_channel(1)
     with tx, rx:
         async with asi.InterpreterPool(1) as pool:
-            name, message = await pool.run(reviewcore2funcs.send_own_receiver_sync, tx, rx)
+            name, message = await pool.run(crossingfuncs.send_own_receiver_sync, tx, rx)
         assert name == "NotShareableError"
         assert OWN_CHANNEL in message
         assert tx.statistics().current_buffer_used == 0
@@ -252,7 +253,7 @@ def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
     proc = run_child(tmp_path, """
         import asyncio
         import aiosubinterp as asi
-        import reviewcore2funcs
+        import crossingfuncs
         from aiosubinterp import _core
 
         calls = [
@@ -282,8 +283,8 @@ def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
             # A live worker's handle, used from another thread: refused too.
             async with asi.InterpreterPool(1) as pool:
                 await pool.run(print, end="")
-                handle = await pool.run(reviewcore2funcs.runner_handle)
-                print("own:", await pool.run(reviewcore2funcs.own_concurrency), flush=True)
+                handle = await pool.run(crossingfuncs.runner_handle)
+                print("own:", await pool.run(crossingfuncs.own_concurrency), flush=True)
                 try_all([handle])
 
         asyncio.run(main())

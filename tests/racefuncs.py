@@ -1,4 +1,4 @@
-"""Worker-side functions for tests/test_review_core.py (the C review's worker/hub findings).
+"""Worker-side functions for tests/test_worker_races.py.
 
 Importable in a worker: no asyncio at module level.
 """

@@ -1,5 +1,4 @@
-"""Worker-side functions for tests/test_review_core_2.py (the C review of
-2026-12-04, findings R4-R8).
+"""Worker-side functions for tests/test_crossing_edge_cases.py.
 
 Importable in a worker: no asyncio at module level.
 """
