@@ -12,8 +12,11 @@
   ``aiosubinterp.__all__`` once, and nothing private.
 - The stub's docstrings of the compiled module's public names (the reference
   reads them: griffe does not import the extension) are the module's own.
+- The site does not show the markers (docs/hooks/markers.py removes exactly
+  the lines read here).
 - ``make docs`` (``mkdocs build --strict``, its own venv .venv-docs) builds the
-  site, and headless Chromium renders its home page and an API page: the
+  site, and headless Chromium renders its home page, an API page and a
+  tutorial with marked examples: the
   screenshots are checked for size and content, the DOM for the API names.
   On one Python only (3.13, GIL build): the site does not depend on the
   Python the suite runs on. Set AIOSUBINTERP_DOCS_SCREENSHOTS=folder to keep
@@ -50,22 +53,26 @@ FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARKER = re.compile(r"^# (not run|requires): *(.*)$")
 
 
+def _page_blocks(text: str) -> list[tuple[int, str, dict[str, str]]]:
+    """(line, source, markers) of every ```python block of one page's markdown."""
+    found = []
+    for match in FENCE.finditer(text):
+        source = match.group(1)
+        markers = {}
+        for line in source.splitlines():
+            m = MARKER.match(line)
+            if not m:
+                break
+            markers[m.group(1)] = m.group(2).strip()
+        found.append((text.count("\n", 0, match.start()) + 2, source, markers))
+    return found
+
+
 def _blocks() -> list[tuple[str, int, str, dict[str, str]]]:
     """(page, line, source, markers) of every ```python block under docs/."""
-    found = []
-    for page in sorted(DOCS.rglob("*.md")):
-        text = page.read_text()
-        for match in FENCE.finditer(text):
-            source = match.group(1)
-            markers = {}
-            for line in source.splitlines():
-                m = MARKER.match(line)
-                if not m:
-                    break
-                markers[m.group(1)] = m.group(2).strip()
-            line = text.count("\n", 0, match.start()) + 2
-            found.append((str(page.relative_to(DOCS)), line, source, markers))
-    return found
+    return [(str(page.relative_to(DOCS)), line, source, markers)
+            for page in sorted(DOCS.rglob("*.md"))
+            for line, source, markers in _page_blocks(page.read_text())]
 
 
 BLOCKS = _blocks()
@@ -113,6 +120,39 @@ def test_example_runs(tmp_path, page, line, source, markers):
     assert proc.returncode == 0, (
         f"{page}:{line} exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
         f"stderr:\n{proc.stderr[-3000:]}")
+
+
+def _markers_hook():
+    spec = importlib.util.spec_from_file_location("markers_hook", DOCS / "hooks" / "markers.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_site_hides_exactly_the_markers_this_test_reads():
+    """docs/hooks/markers.py (mkdocs.yml's hook) drops the marker lines from the
+    rendered pages: every block loses its markers and nothing else."""
+    hook = _markers_hook()
+    marked = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        shown = hook.on_page_markdown(text, page=None, config=None, files=None)
+        before, after = _page_blocks(text), _page_blocks(shown)
+        assert len(after) == len(before), page
+        for (line, source, markers), (_, rendered, left) in zip(before, after, strict=True):
+            assert not left, f"{page}:{line} still shows {left}"
+            kept = source.splitlines(keepends=True)[len(markers):]
+            assert rendered == "".join(kept), f"{page}:{line}"
+            marked += bool(markers)
+        # Outside python blocks the page is unchanged.
+        assert FENCE.sub("", shown) == FENCE.sub("", text), page
+    assert marked >= 5  # the pages have marked blocks for the hook to act on
+    # A marker-like line that is not at the top of a block stays (the tests do not read it).
+    inner = "```python\nimport sys\n# requires: numpy\n```\n"
+    assert hook.strip_markers(inner) == inner
+    assert hook.strip_markers("```python\n# requires: numpy\n# not run: x\nimport sys\n```\n") \
+        == "```python\nimport sys\n```\n"
 
 
 def _documented() -> list[str]:
@@ -228,6 +268,7 @@ def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
         "index": ("Parallel Python on every core", "InterpreterPool"),
         "reference/pools": ("aiosubinterp.InterpreterPool", "aiosubinterp.InterpreterPool.run",
                             "aiosubinterp.ProcessPool", "aiosubinterp.Task"),
+        "tutorials/refused-modules": ("The refusal", "ModuleRefusedError"),
     }
     for page, wanted in pages.items():
         shot = tmp_path / f"{page.replace('/', '-')}.png"
@@ -236,6 +277,9 @@ def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
             assert text in dom, f"{page}: {text!r} not in the rendered page"
         # Material's scripts ran: the search box is built by them.
         assert 'data-md-component="search' in dom, f"{page}: Material's page scripts did not run"
+        # The tests' markers (`# requires: numpy`) are not shown (docs/hooks/markers.py).
+        for marker in ("requires:", "not run:"):
+            assert marker not in dom, f"{page}: {marker!r} shown"
         _check_screenshot(shot)
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
