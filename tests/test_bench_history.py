@@ -42,7 +42,7 @@ PRINTED = """\
 | idle baseline |      0.083 |      0.152 |
 | aiosubinterp  |      0.073 |      0.638 |
 
-| target (DESIGN.md)                 | measured | target | verdict | anchor   |
+| target                             | measured | target | verdict | anchor   |
 |------------------------------------|---------:|-------:|---------|----------|
 | lag p99 while all workers are busy |  0.64 ms | < 2 ms | PASS    | absolute |
 
@@ -115,7 +115,7 @@ def test_convert_reads_a_printed_report(tmp_path, capsys):
     assert run["command"] == "python benchmarks/bench_loop_lag.py"
     assert run["load"] == "1.21 0.82 0.63 / 1.10 0.83 0.64; elapsed 26.6 s"
     assert (run["loop"], run["git"]) == ("asyncio", "77cdb0b")
-    assert [t["columns"][0] for t in run["tables"]] == ["contender", "target (DESIGN.md)"]
+    assert [t["columns"][0] for t in run["tables"]] == ["contender", "target"]
     assert run["tables"][0]["rows"][1] == ["aiosubinterp", "0.073", "0.638"]
     assert run["tables"][1]["rows"][0][3] == "PASS"
     assert "round 1/3: to_thread" in run["notes"]
