@@ -47,6 +47,7 @@ __all__ = [
     "list_all",
     "open_channel",
     "run",
+    "runtime_info",
     "select",
     "select_sync",
     "share",
@@ -73,6 +74,7 @@ _LAZY = {
     "get_current": "_introspect",
     "get_main": "_introspect",
     "list_all": "_introspect",
+    "runtime_info": "_introspect",
     "InterpreterPool": "_engine.pool",
     "run": "_engine.pool",
     "Task": "_engine.task",
@@ -132,6 +134,7 @@ if TYPE_CHECKING:
     from aiosubinterp._introspect import get_current as get_current
     from aiosubinterp._introspect import get_main as get_main
     from aiosubinterp._introspect import list_all as list_all
+    from aiosubinterp._introspect import runtime_info as runtime_info
     from aiosubinterp._process.pool import ProcessPool as ProcessPool
     from aiosubinterp._version import __version__ as __version__
 

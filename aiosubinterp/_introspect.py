@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["InterpreterInfo", "active_count", "get_current", "get_main", "list_all"]
+__all__ = ["InterpreterInfo", "active_count", "get_current", "get_main", "list_all", "runtime_info"]
 
 
 class InterpreterInfo:
@@ -102,3 +102,46 @@ def list_all() -> list[InterpreterInfo]:
 def active_count() -> int:
     """Number of interpreters alive in this process, main included (like threading.active_count)."""
     return len(_core.list_interpreter_ids())
+
+
+def runtime_info() -> dict[str, Any]:
+    """What this Python and machine offer: the facts ``python -m aiosubinterp info`` prints.
+
+    Returns a new dict (plain values, safe to log or send anywhere) with:
+
+    - ``version``: aiosubinterp's version;
+    - ``python``: the Python version, e.g. ``"3.13.0"``;
+    - ``per_interpreter_gil``: whether interpreters get a GIL of their own
+      (PEP 684, CPython 3.12+);
+    - ``free_threaded``: whether this is a free-threaded build (no GIL at all);
+    - ``cpus``: CPUs in the machine; ``default_size``: the CPUs this process
+      may use, which is the default number of workers of a pool;
+    - ``wakeup``: how workers wake the event loop, ``"eventfd"`` or ``"pipe"``
+      (``AIOSUBINTERP_WAKEUP=pipe`` forces the pipe);
+    - ``blocked_modules``: C accelerator modules kept out of workers on this
+      Python because of CPython bugs there (workers use the pure-Python
+      fallback; see the docs' list of CPython bugs);
+    - ``main_interpreter_id``: the main interpreter's id.
+
+    Raises ValueError if ``AIOSUBINTERP_WAKEUP`` names no mechanism.
+    """
+    import os
+    import platform
+    import sys
+    import sysconfig
+
+    from aiosubinterp import _quirks
+    from aiosubinterp._engine import hub, lifecycle
+    from aiosubinterp._version import __version__
+
+    return {
+        "version": __version__,
+        "python": platform.python_version(),
+        "per_interpreter_gil": sys.version_info >= (3, 12),
+        "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "cpus": os.cpu_count(),
+        "default_size": lifecycle.default_size(),
+        "wakeup": hub.wakeup_mechanism(),
+        "blocked_modules": tuple(_quirks.blocked_modules()),
+        "main_interpreter_id": _core.main_interpreter_id(),
+    }

@@ -105,3 +105,28 @@ async def test_statistics_count_completed(pipe):
         stats = pool.statistics()
         assert stats["completed"] == 11 and stats["submitted"] == 11
         assert stats["busy"] == 0 and stats["queued"] == 0
+
+
+def test_runtime_info_reports_this_python_and_machine():
+    import platform
+    import sysconfig
+
+    info = asi.runtime_info()
+    assert info["version"] == asi.__version__
+    assert info["python"] == platform.python_version()
+    assert info["per_interpreter_gil"] is True  # the suite runs on 3.12+
+    assert info["free_threaded"] is bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert info["cpus"] == os.cpu_count()
+    assert 1 <= info["default_size"] <= info["cpus"]
+    assert info["wakeup"] in ("eventfd", "pipe")
+    assert isinstance(info["blocked_modules"], tuple)
+    assert info["main_interpreter_id"] == asi.get_main().id
+    assert asi.runtime_info() is not info  # a new dict each time
+
+
+def test_runtime_info_names_a_bad_wakeup_setting(monkeypatch):
+    monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "smoke")
+    with pytest.raises(ValueError, match="AIOSUBINTERP_WAKEUP='smoke'"):
+        asi.runtime_info()
+    monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "pipe")
+    assert asi.runtime_info()["wakeup"] == "pipe"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
+
+import aiosubinterp as asi
 
 __all__ = ["run_info"]
 
@@ -53,21 +54,16 @@ def run_info(probe: bool) -> int:
     """The ``info`` command: print what this Python and machine offer."""
     from concurrent.futures import ThreadPoolExecutor
 
-    # Internals on purpose: no public name reports the wakeup mechanism, the
-    # default pool size or the modules kept out of workers.
-    from aiosubinterp import _core, _quirks
-    from aiosubinterp._engine import hub as _loop
-    from aiosubinterp._engine import lifecycle as _lifecycle
-
-    print(f"aiosubinterp {__import__('aiosubinterp').__version__}")
-    print(f"Python {platform.python_version()} ({sys.executable})")
-    own_gil = sys.version_info >= (3, 12)
-    print(f"per-interpreter GIL (PEP 684): {'yes' if own_gil else 'no: needs 3.12+'}")
-    print(f"CPUs: {os.cpu_count()} in the machine, {_lifecycle.default_size()} usable "
+    info = asi.runtime_info()
+    print(f"aiosubinterp {info['version']}")
+    print(f"Python {info['python']} ({sys.executable})")
+    own_gil = "yes" if info["per_interpreter_gil"] else "no: needs 3.12+"
+    print(f"per-interpreter GIL (PEP 684): {own_gil}")
+    print(f"CPUs: {info['cpus']} in the machine, {info['default_size']} usable "
           "(default pool size)")
-    print(f"wakeup: {_loop.wakeup_mechanism()}")
-    print(f"C accelerators kept out of workers: {', '.join(_quirks.blocked_modules()) or 'none'}")
-    print(f"main interpreter id: {_core.main_interpreter_id()}")
+    print(f"wakeup: {info['wakeup']}")
+    print(f"C accelerators kept out of workers: {', '.join(info['blocked_modules']) or 'none'}")
+    print(f"main interpreter id: {info['main_interpreter_id']}")
     if not probe:
         return 0
     print("\nimporting common modules in a worker (each in a child process):")
