@@ -40,11 +40,28 @@
   tests/stress/test_stress_faults.py, the test
   test_task_that_never_returns_is_timed_out_and_its_worker_replaced.
 
-Worker-side workarounds stay with the code they guard, since workers import
-little: aiosubinterp/_inside/worker.py (REFUSED_ON_312, and the asyncio refusal on
-3.12), and ext/interp.pxi (an interpreter is ended through a fresh thread
-state, or 3.14/3.15 keep its module state alive; proved by
-tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter).
+Workarounds that must live elsewhere (workers import little; C and the build
+are not Python) are in this index too, ``INDEX`` below, each with where it
+lives:
+
+- 3.12: modules that crash an own-GIL interpreter before CPython refuses them
+  are refused up front (``_inside/worker.py``, ``REFUSED_ON_312``), and
+  coroutines in workers are refused (3.12.1 aborts at exit after an event
+  loop ran in a subinterpreter).
+- 3.12: interpreters are created one at a time (``ext/includes/compat.h``,
+  the creation lock taken exclusively): 3.12.1 corrupts static types when two
+  threads run ``Py_NewInterpreterFromConfig`` at once.
+- 3.14, 3.15: an interpreter is ended through a fresh thread state
+  (``ext/interp.pxi``), or its module state stays alive.
+- Cython 3.1 to 3.3.1 (not CPython): the per-interpreter module state lookup
+  reads one entry past its table; ``setup.py`` (``_LOOKUP_FIXES``) adds the
+  bounds check to the generated C.
+- ``threading._register_atexit`` (a private API, used as
+  ``concurrent.futures`` does) lets the executor finish queued work before the
+  exit sweep (``_engine/executor.py``; ``atexit`` if it is gone).
+
+``tests/test_crash_paths.py::test_the_quirks_index_is_alive`` checks that every
+entry still applies to a supported Python and names a test that exists.
 """
 
 from __future__ import annotations
@@ -63,11 +80,45 @@ from aiosubinterp._errors import ForkWarning
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._inside import worker as _worker
 
-__all__ = ["blocked_modules", "import_pickle_early", "note_abandoned", "prime_arg_parsers",
+__all__ = ["INDEX", "blocked_modules", "import_pickle_early", "note_abandoned", "prime_arg_parsers",
            "wait_until_no_worker_is_stuck"]
 
+
+# The index of every workaround: (what, the last CPython version it applies to
+# ("any" for every version, "cython" for one of Cython's), where it lives, the
+# test that proves it as "file::test"). A "last version" below the oldest
+# supported Python means the shim is dead: the test above fails.
+INDEX: tuple[tuple[str, str, str, str], ...] = (
+    ("C accelerators kept out of workers", "3.13", "_quirks.blocked_modules",
+     "tests/test_stdlib_matrix.py::test_datetime_shim_applies_exactly_where_cpython_still_crashes"),
+    ("_datetime imported in main with private copies", "3.13", "_quirks.blocked_modules",
+     "tests/test_private_copies.py::test_threads_importing_copies_at_once_leave_the_check_on"),
+    ("Argument Clinic keyword caches primed in main", "3.12", "_quirks.prime_arg_parsers",
+     "tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools"),
+    ("ForkWarning; a forked child's pools refuse work", "any", "_quirks (fork hooks)",
+     "tests/stress/test_stress_lifecycle.py::"
+     "test_fork_with_live_interpreters_warns_and_spares_the_parent"),
+    ("_pickle imported in main early on free-threaded builds", "3.13",
+     "_quirks.import_pickle_early",
+     "tests/test_worker_races.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70"),
+    ("a new interpreter waits while a worker is stuck in C (free-threaded)", "any",
+     "_quirks.wait_until_no_worker_is_stuck",
+     "tests/test_worker_races.py::"
+     "test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns"),
+    ("modules refused up front on 3.12", "3.12", "_inside/worker.py REFUSED_ON_312",
+     "tests/test_crash_paths.py::test_module_that_refuses_subinterpreters"),
+    ("coroutines refused in workers on 3.12", "3.12", "_inside/worker.py coroutine_refusal",
+     "tests/test_async_worker.py::test_coroutines_refused_on_312_with_a_clear_error"),
+    ("interpreters created one at a time on 3.12", "3.12", "ext/includes/compat.h",
+     "tests/test_backends.py::test_two_tasks_run_at_the_same_time"),
+    ("an interpreter ended through a fresh thread state", "any", "ext/interp.pxi",
+     "tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter"),
+    ("Cython's module state lookup bounded", "cython", "setup.py _LOOKUP_FIXES",
+     "tests/test_sourcecode.py::test_the_built_module_bounds_cythons_module_state_lookup"),
+)
+
 # CPython bugs that crash the process when a C accelerator is imported in two
-# or more interpreters (see CPYTHON-NOTES): workers use the pure-Python twin.
+# or more interpreters (measured on 3.12.1 and 3.13.0): workers use the pure-Python twin.
 #   _datetime: heap corruption on 3.12.1 and 3.13.0 (gh-136421), also hit by
 #              sqlite3, zoneinfo, http.client, urllib.request.
 #   _zoneinfo: needs _datetime's C API; blocked with it so zoneinfo falls back.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -172,6 +173,26 @@ def test_shims_apply_to_the_affected_versions_only():
         assert blocked == ("_datetime", "_zoneinfo")
     else:
         assert blocked == ()
+
+
+def test_the_quirks_index_is_alive():
+    # Every workaround still applies to a supported Python (a dead shim is
+    # removed, not kept), and the test that proves it exists.
+    import tomllib
+
+    from aiosubinterp import _quirks
+
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    oldest = tuple(int(p) for p in requires.removeprefix(">=").split("."))
+    assert _quirks.INDEX
+    for what, last, where, proof in _quirks.INDEX:
+        if last not in ("any", "cython"):
+            assert tuple(int(p) for p in last.split(".")) >= oldest, (
+                f"{what!r} applies up to {last} only, below requires-python {requires}: "
+                f"remove the workaround ({where})")
+        path, _, test = proof.partition("::")
+        source = (ROOT / path).read_text()
+        assert re.search(rf"^(async )?def {test}\(", source, re.M), (what, proof)
 
 
 def test_module_that_refuses_subinterpreters(tmp_path):

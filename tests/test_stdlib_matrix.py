@@ -2,7 +2,7 @@
 
 CPython 3.12.1 and 3.13.0 crash (heap corruption at import, at interpreter
 destruction or at exit) when several interpreters import some C
-accelerators (CPYTHON-NOTES §6). Each group of modules runs in a child
+accelerators (_datetime, _decimal, _hashlib and others). Each group of modules runs in a child
 process: every module is imported and exercised in three workers at once and
 in the main interpreter, the values must be equal, and the child must close
 its interpreters and exit with code 0. Shims (C accelerators kept out of
