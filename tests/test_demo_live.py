@@ -364,7 +364,7 @@ def test_the_command_without_aiohttp_or_with_a_busy_port():
 
 
 # The page's own state, as the page reports it in its DOM (live.html: data-ready, data-state,
-# data-drawn), and where its canvases are.
+# data-drawn), and where its canvases are. JSON.stringify leaves out what is still undefined.
 PAGE_STATE = """JSON.stringify({
   ready: document.body.dataset.ready, state: document.body.dataset.state,
   drawn: JSON.parse(document.body.dataset.drawn || "{}"), title: document.title,
@@ -426,13 +426,13 @@ async def _open_twice(port_file: Path, url: str, shot: Path) -> tuple[dict, dict
             # The window's size less its (headless) frame: make the viewport the whole of it.
             await call("Emulation.setDeviceMetricsOverride", width=1400, height=900,
                        deviceScaleFactor=1, mobile=False)
-            first = await _page_state_until(call, lambda s: s["ready"] == "1",
+            first = await _page_state_until(call, lambda s: s.get("ready") == "1",
                                             "the page never drew everything")
             # A second tab: no second run; it says so, and the first one goes on drawing.
             async with client.put(f"{devtools}/json/new?{url}/") as r:
                 tab = await r.json()
             async with _devtools_page(client, tab) as call2:
-                second = await _page_state_until(call2, lambda s: s["state"] is not None,
+                second = await _page_state_until(call2, lambda s: s.get("state") is not None,
                                                  "the second tab never started nor was refused")
             async with client.get(f"{devtools}/json/close/{tab['id']}") as r:
                 assert r.status == 200
