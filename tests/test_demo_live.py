@@ -3,8 +3,10 @@
 The async tests run on asyncio and on uvloop (conftest.py): the app is
 started in the test's loop on a loopback socket and driven with aiohttp's
 WebSocket client. The last tests run the command itself in a child process:
-stopped by SIGINT, and loaded by headless Chromium, whose screenshot shows
-the four canvases drawing (set AIOSUBINTERP_LIVE_SCREENSHOT=path to keep it).
+stopped by SIGINT, and loaded by headless Chromium without a click, whose
+screenshot shows the four canvases drawing while a second tab is told the
+server is busy (set AIOSUBINTERP_LIVE_SCREENSHOT=path to keep the picture:
+docs/live-demo.png is one).
 """
 
 from __future__ import annotations

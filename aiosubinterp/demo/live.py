@@ -147,7 +147,6 @@ class Session:
                      for name in config.contenders]
         for run in self.runs:
             run.task = asyncio.create_task(self._run(run, config, params, initial))
-        self.sender = asyncio.create_task(self._send())
         await self.ws.send_json({
             "type": "started", "width": params[0], "height": params[1],
             **dataclasses.asdict(config),
@@ -160,6 +159,8 @@ class Session:
         for run in self.runs:
             await self.ws.send_bytes(HEADER.pack(MAGIC, run.index, 0, config.workers, 0,
                                                  len(initial)) + body)
+        # Only now: the page must get "started", then frame 0, then the computed frames.
+        self.sender = asyncio.create_task(self._send())
         return config
 
     async def _run(self, run: Run, config: Config, params: Params,
