@@ -3,8 +3,10 @@
 The async tests run on asyncio and on uvloop (conftest.py): the app is
 started in the test's loop on a loopback socket and driven with aiohttp's
 WebSocket client. The last tests run the command itself in a child process:
-stopped by SIGINT, and loaded by headless Chromium, whose screenshot shows
-the four canvases drawing (set AIOSUBINTERP_LIVE_SCREENSHOT=path to keep it).
+stopped by SIGINT, and loaded by headless Chromium without a click, whose
+screenshot shows the four canvases drawing while a second tab is told the
+server is busy (set AIOSUBINTERP_LIVE_SCREENSHOT=path to keep the picture:
+docs/live-demo.png is one).
 """
 
 from __future__ import annotations
@@ -128,9 +130,11 @@ async def test_every_contender_streams_the_same_physics():
         assert started["type"] == "started"
         assert (started["width"], started["height"]) == params
         last = {}
+        # Frame 0 first, on every canvas at once: the initial circles.
+        assert [f[0] for f in got[:4]] == [0, 1, 2, 3] and {f[3] for f in got[:4]} == {0}
         for index, flags, w, k, pos in got:
             assert w == workers and len(pos) == n
-            assert 1 <= k <= frames
+            assert 0 <= k <= frames
             for x, y, r in pos:
                 assert physics.R_MIN - 1e-4 <= r <= physics.R_MAX + 1e-4
                 assert r - 1e-3 <= x <= width - r + 1e-3 and r - 1e-3 <= y <= height - r + 1e-3
@@ -148,6 +152,7 @@ async def test_every_contender_streams_the_same_physics():
         for _, _, _, k, pos in got:
             at.setdefault(k, []).append(sorted(pos))
         state = list(initial)
+        assert all(pos == float32_triples(state) for pos in at[0])
         for k in range(1, frames + 1):  # ... and those of the single-threaded reference
             state = physics.step_frames(state, params, 1)
             for pos in at.get(k, []):
@@ -220,6 +225,57 @@ async def test_stop_restart_and_page_closed_stop_everything():
         assert {run.state for run in runs} == {"stopped"}
 
 
+async def test_one_run_at_a_time_whatever_the_number_of_pages():
+    # A second page's automatic start is refused while the first page's run goes on;
+    # its Start takes the run over; the page that lost it is told why, and can take it back.
+    def all_four_computing():
+        """A stop for messages(): a computed frame (not frame 0) of each contender arrived."""
+        seen = set()
+
+        def stop(kind, m):
+            if kind == "frame" and m[3] >= 1:
+                seen.add(m[0])
+            return len(seen) == 4
+        return stop
+
+    async with serving() as (app, url), page(url) as (first, _), page(url) as (second, _):
+        sessions = {}
+        await first.send_json({"op": "start", "auto": True})
+        await messages(first, all_four_computing())
+        (sessions["first"],) = [s for s in app[live.SESSIONS] if s.running]
+
+        await second.send_json({"op": "start", "auto": True})
+        _, texts = await messages(second, lambda kind, m: kind == "json")
+        assert texts == [{"type": "busy", "message": live.BUSY}]
+        (sessions["second"],) = app[live.SESSIONS] - {sessions["first"]}
+        assert sessions["first"].running and not sessions["second"].runs
+        # A refused setting stops nothing.
+        await second.send_json({"op": "start", "circles": 0})
+        reply = await second.receive_json(timeout=DEADLINE)
+        assert reply["type"] == "error" and sessions["first"].running
+        # The first page goes on: new frames of every contender.
+        await messages(first, all_four_computing())
+
+        for taker, loser in [("second", "first"), ("first", "second")]:
+            ws_taker, ws_loser = {"first": (first, second), "second": (second, first)}[taker]
+            old_runs = list(sessions[loser].runs)
+            await ws_taker.send_json({"op": "start"})  # Start clicked: takes the run over
+            _, texts = await messages(ws_loser, lambda kind, m: kind == "json"
+                                      and m["type"] == "stopped")
+            assert texts[-1]["reason"] == live.TAKEN_OVER
+            assert all(run.task.done() and run.state == "stopped" for run in old_runs)
+            await messages(ws_taker, all_four_computing())
+            assert [s.running for s in (sessions[taker], sessions[loser])] == [True, False]
+
+        # A page whose run has ended holds nothing back: the other page's automatic start runs.
+        await first.send_json({"op": "stop"})
+        await messages(first, lambda kind, m: kind == "json" and m["type"] == "stopped")
+        await second.send_json({"op": "start", "auto": True, "frames": 3})
+        await messages(second, lambda kind, m: kind == "json" and m["type"] == "finished")
+        await first.send_json({"op": "start", "auto": True, "frames": 3})
+        await messages(first, lambda kind, m: kind == "json" and m["type"] == "finished")
+
+
 async def test_page_and_refused_settings():
     async with serving(circles=1234, workers=2) as (_, url):
         async with aiohttp.ClientSession() as client, client.get(url + "/") as r:
@@ -272,8 +328,8 @@ def test_the_command_serves_and_stops_on_ctrl_c():
             async with page(url) as (ws, hello):
                 assert hello["loop"] in ("uvloop", "asyncio")
                 await ws.send_json({"op": "start"})
-                seen = set()
-                await messages(ws, lambda kind, m: kind == "frame"
+                seen = set()  # a computed frame of each (frame 0 comes at once)
+                await messages(ws, lambda kind, m: kind == "frame" and m[3] >= 1
                                and (seen.add(m[0]) or len(seen) == 4))
                 _, texts = await messages(ws, lambda kind, m: kind == "json"
                                           and m["type"] == "stats")
@@ -309,69 +365,108 @@ def test_the_command_without_aiohttp_or_with_a_busy_port():
     assert "Traceback" not in proc.stderr
 
 
-async def _devtools(port_file: Path, expression_ready: str, shot: Path) -> dict:
-    """Over the DevTools protocol: wait until ``expression_ready`` is true, then screenshot."""
+# The page's own state, as the page reports it in its DOM (live.html: data-ready, data-state,
+# data-drawn), and where its canvases are. JSON.stringify leaves out what is still undefined.
+PAGE_STATE = """JSON.stringify({
+  ready: document.body.dataset.ready, state: document.body.dataset.state,
+  drawn: JSON.parse(document.body.dataset.drawn || "{}"), title: document.title,
+  notice: document.getElementById("notice").textContent,
+  canvases: [...document.querySelectorAll("canvas")].map((c) => {
+    const r = c.getBoundingClientRect();
+    return [r.left, r.top, r.right, r.bottom].map(Math.round);
+  })})"""
+
+
+@contextlib.asynccontextmanager
+async def _devtools_page(client, target):
+    """One Chromium page over the DevTools protocol; yields call(method, **params)."""
+    async with client.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as cdp:
+        ids = iter(range(1, 10**6))
+
+        async def call(method, **params):
+            i = next(ids)
+            await cdp.send_json({"id": i, "method": method, "params": params})
+            while True:
+                reply = await cdp.receive_json(timeout=DEADLINE)
+                if reply.get("id") == i:
+                    assert "error" not in reply, reply
+                    return reply["result"]
+        yield call
+
+
+async def _page_state_until(call, done, what) -> dict:
+    """Evaluate PAGE_STATE until the page has loaded and done(state) is true; the deadline
+    is a backstop for a hang."""
+    deadline = time.monotonic() + DEADLINE * 2
+    while True:
+        result = await call("Runtime.evaluate", expression=PAGE_STATE, returnByValue=True)
+        # No value: the page is not loaded yet (an exception, described in the result).
+        state = json.loads(result["result"].get("value") or "{}")
+        if state and done(state):
+            return state
+        assert time.monotonic() < deadline, f"{what}: {state}"
+        await asyncio.sleep(0.25)
+
+
+async def _open_twice(port_file: Path, url: str, shot: Path) -> tuple[dict, dict, dict]:
+    """The page Chromium opened, until it draws everything; a second tab of the same URL;
+    then a screenshot of the first. Returns the states: first, second, first again."""
     await until(port_file.exists)
     await until(lambda: len(port_file.read_text().split()) >= 2)
-    port = port_file.read_text().split()[0]
+    devtools = f"http://127.0.0.1:{port_file.read_text().split()[0]}"
     timeout = aiohttp.ClientTimeout(total=DEADLINE * 2)
     async with aiohttp.ClientSession(timeout=timeout) as client:
         targets: list = []
         deadline = time.monotonic() + DEADLINE
         while not any(t["type"] == "page" for t in targets):
             assert time.monotonic() < deadline, "no page target in Chromium"
-            async with client.get(f"http://127.0.0.1:{port}/json/list") as r:
+            async with client.get(f"{devtools}/json/list") as r:
                 targets = await r.json()
             await asyncio.sleep(0.1)
         target = next(t for t in targets if t["type"] == "page")
-        async with client.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as cdp:
-            ids = iter(range(1, 10**6))
-
-            async def call(method, **params):
-                i = next(ids)
-                await cdp.send_json({"id": i, "method": method, "params": params})
-                while True:
-                    reply = await cdp.receive_json(timeout=DEADLINE)
-                    if reply.get("id") == i:
-                        assert "error" not in reply, reply
-                        return reply["result"]
-
+        async with _devtools_page(client, target) as call:
             # The window's size less its (headless) frame: make the viewport the whole of it.
             await call("Emulation.setDeviceMetricsOverride", width=1400, height=900,
                        deviceScaleFactor=1, mobile=False)
-            state = {}
-            deadline = time.monotonic() + DEADLINE * 2
-            while True:
-                result = await call("Runtime.evaluate", expression=expression_ready,
-                                    returnByValue=True)
-                state = json.loads(result["result"].get("value") or "{}")
-                if state.get("ready") == "1":
-                    break
-                assert time.monotonic() < deadline, f"the page never drew everything: {state}"
-                await asyncio.sleep(0.25)
+            first = await _page_state_until(call, lambda s: s.get("ready") == "1",
+                                            "the page never drew everything")
+            # A second tab: no second run; it says so, and the first one goes on drawing.
+            async with client.put(f"{devtools}/json/new?{url}/") as r:
+                tab = await r.json()
+            async with _devtools_page(client, tab) as call2:
+                second = await _page_state_until(call2, lambda s: s.get("state") is not None,
+                                                 "the second tab never started nor was refused")
+            async with client.get(f"{devtools}/json/close/{tab['id']}") as r:
+                assert r.status == 200
+            before = first["drawn"]
+            again = await _page_state_until(
+                call, lambda s: all(s["drawn"][n] > before[n] for n in before),
+                "the first page stopped drawing")
             await asyncio.sleep(1.5)  # a few more stats lines: settled FPS figures on the picture
             data = await call("Page.captureScreenshot", format="png")
             shot.write_bytes(base64.b64decode(data["data"]))
-            return state
+            return first, second, again
 
 
-def test_headless_chromium_draws_every_contender(tmp_path):
+def test_headless_chromium_opens_the_page_and_it_runs_at_once(tmp_path):
+    # No click, no query string: the page starts its run and every canvas draws; a second
+    # tab of the same page starts nothing (busy) and the first one goes on.
     from PIL import Image
 
+    from aiosubinterp.demo import render
+
     browser = find_chromium()
-    with command("--workers", "2") as (server, url):
+    with command("--workers", "2", "--circles", "1500") as (server, url):
         profile = tmp_path / "profile"
         log = open(tmp_path / "chromium.log", "wb")  # closed below
         chromium = subprocess.Popen(
             [*headless(browser, profile), "--remote-debugging-port=0", "--window-size=1400,900",
-             f"{url}/?autostart=1&circles=1500"],
+             f"{url}/"],
             stdout=log, stderr=log, start_new_session=True)
         shot = tmp_path / "live-demo.png"
         try:
-            state = asyncio.run(_devtools(
-                profile / "DevToolsActivePort",
-                "JSON.stringify({ready: document.body.dataset.ready,"
-                " drawn: document.body.dataset.drawn, title: document.title})", shot))
+            first, second, again = asyncio.run(
+                _open_twice(profile / "DevToolsActivePort", url, shot))
         finally:
             chromium.terminate()
             try:
@@ -385,17 +480,22 @@ def test_headless_chromium_draws_every_contender(tmp_path):
         server.send_signal(signal.SIGINT)  # Chromium closed the page already
         out, _ = server.communicate(timeout=DEADLINE)
     assert server.returncode == 0, out
-    drawn = json.loads(state["drawn"])
-    assert sorted(drawn) == sorted(zoo.CONTENDERS) and min(drawn.values()) >= 10, state
-    assert state["title"] == "aiosubinterp live: all drawing"
+    assert first["state"] == "running", first
+    assert sorted(first["drawn"]) == sorted(zoo.CONTENDERS), first
+    assert min(first["drawn"].values()) >= 10, first
+    assert first["title"] == "aiosubinterp live: all drawing"
+    assert second["state"] == "busy" and second["notice"] == live.BUSY, second
+    assert again["state"] == "running" and again["notice"] == "", again
     keep = os.environ.get("AIOSUBINTERP_LIVE_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
     with Image.open(shot) as image:
         assert image.size == (1400, 900)
-        colours = {rgb for _, rgb in image.convert("RGB").getcolors(maxcolors=1 << 20)}
-    # Circles in the first two strips' colours (render.py's palette, as the page draws them).
-    for region in (0, 1):
-        from aiosubinterp.demo import render
-
-        assert render.PALETTE[render.region_colour(region)] in colours
+        rgb = image.convert("RGB")
+        assert len(again["canvases"]) == 4
+        for box in again["canvases"]:
+            # Each canvas: circles in the first two strips' colours (render.py's palette,
+            # as the page draws them).
+            colours = {c for _, c in rgb.crop(box).getcolors(maxcolors=1 << 20)}
+            for region in (0, 1):
+                assert render.PALETTE[render.region_colour(region)] in colours, box

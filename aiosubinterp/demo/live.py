@@ -1,11 +1,19 @@
 """``python -m aiosubinterp demo --serve``: the circles zoo live in the browser.
 
 An aiohttp server (uvloop when installed) serves one page (``live.html``)
-and a WebSocket (``/ws``). When the page says start, the four contenders of
-:mod:`aiosubinterp.demo.zoo` run **at the same time**, each from the same
-initial circles with the same physics, as :mod:`aiosubinterp.demo.stream`
-runs them (threads, a collector thread, spawned processes and pipes,
-interpreters streaming zero-copy views over channels).
+and a WebSocket (``/ws``). The page starts a run as soon as it opens: the
+four contenders of :mod:`aiosubinterp.demo.zoo` run **at the same time**,
+each from the same initial circles with the same physics, as
+:mod:`aiosubinterp.demo.stream` runs them (threads, a collector thread,
+spawned processes and pipes, interpreters streaming zero-copy views over
+channels). Every canvas shows the initial circles (frame 0) at once, before
+the slower contenders (spawned processes) send their first frame.
+
+One run at a time per server, whatever the number of pages: four contenders
+already share out every core. A page opened while another page's run goes
+on does not start its own (the server answers ``busy``; the first page goes
+on); its Start button takes the run over (the other page's contenders stop,
+and that page says why).
 
 With ``stride`` 1 (the default, "every frame"), every frame's positions
 return to the main interpreter, as a game's state would to be drawn; the
@@ -30,10 +38,12 @@ import json
 import os
 import platform
 import signal
+import struct
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -62,9 +72,15 @@ STATS_INTERVAL = 0.5
 MAX_CIRCLES = 100_000
 MAX_WORKERS = 64
 STOP_TIMEOUT = 15.0  # a contender that does not stop in this time is cancelled
+BUSY = ("another page is running the demo on this server (one run at a time: the contenders "
+        "share every core); Start takes it over")
+TAKEN_OVER = "another page started the demo on this server: this page's run stopped"
 
 DEFAULTS: web.AppKey[dict[str, Any]] = web.AppKey("defaults")
 SESSIONS: web.AppKey[set[Any]] = web.AppKey("sessions")  # of Session
+# Held from a start's check for other pages' runs until its contenders are started,
+# so that two pages starting at once cannot both see none and run at the same time.
+STARTING: web.AppKey[asyncio.Lock] = web.AppKey("starting")
 
 
 def page() -> str:
@@ -112,23 +128,39 @@ class Session:
         self._server: deque[tuple[float, int]] = deque()
         self._busy: Any = None
 
-    async def start(self, cmd: dict[str, Any]) -> Config:
-        """Stop what runs, then start the contenders ``cmd`` asks for (ValueError: refused)."""
+    @property
+    def running(self) -> bool:
+        """Whether a contender of this page's run has not ended yet."""
+        return any(run.task is not None and not run.task.done() for run in self.runs)
+
+    async def start(self, cmd: dict[str, Any], others: Sequence[Session] = ()) -> Config:
+        """Stop what runs here and in ``others``, then start the contenders ``cmd`` asks for.
+
+        ValueError: ``cmd`` is refused, and nothing was stopped.
+        """
         config = Config.parse(cmd, self.defaults)
         params, initial = _circles.initial_state(config.circles, config.seed)
         if any(name != "single" for name in config.contenders):
             _circles.split(initial, params, config.workers)  # strips too narrow: ValueError
-        await self.stop()
+        await asyncio.gather(self.stop(), *(other.stop(TAKEN_OVER) for other in others))
         self.runs = [Run(name, CONTENDERS.index(name), config.workers, config.frames)
                      for name in config.contenders]
         for run in self.runs:
             run.task = asyncio.create_task(self._run(run, config, params, initial))
-        self.sender = asyncio.create_task(self._send())
         await self.ws.send_json({
             "type": "started", "width": params[0], "height": params[1],
             **dataclasses.asdict(config),
             "contenders": [{"name": r.name, "index": r.index, "label": r.label}
                            for r in self.runs]})
+        # Frame 0, the initial circles, on every canvas at once: spawned processes
+        # take seconds to send their first frame.
+        body = struct.pack(f"<{3 * len(initial)}f",
+                           *(v for c in initial for v in (c[1], c[2], c[5])))
+        for run in self.runs:
+            await self.ws.send_bytes(HEADER.pack(MAGIC, run.index, 0, config.workers, 0,
+                                                 len(initial)) + body)
+        # Only now: the page must get "started", then frame 0, then the computed frames.
+        self.sender = asyncio.create_task(self._send())
         return config
 
     async def _run(self, run: Run, config: Config, params: Params,
@@ -142,8 +174,11 @@ class Session:
         else:
             run.state = "stopped" if run.stop.is_set() else "done"
 
-    async def stop(self) -> None:
-        """Stop every contender and wait until each has cleaned up (idempotent)."""
+    async def stop(self, reason: str = "") -> None:
+        """Stop every contender and wait until each has cleaned up (idempotent).
+
+        ``reason``: why, when it is not the page's own doing (shown on the page).
+        """
         for run in self.runs:
             run.halt()
         tasks = [run.task for run in self.runs if run.task is not None]
@@ -160,7 +195,7 @@ class Session:
         if self.runs and not self.ws.closed:
             with contextlib.suppress(ConnectionError):
                 await self.ws.send_json(self.stats())
-                await self.ws.send_json({"type": "stopped"})
+                await self.ws.send_json({"type": "stopped", "reason": reason})
         self.sender = None
 
     def stats(self) -> dict[str, Any]:
@@ -228,7 +263,7 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
                 if not isinstance(cmd, dict):
                     raise ValueError("a command is a JSON object with an 'op'")
                 if cmd.get("op") == "start":
-                    await session.start(cmd)
+                    await _start(app, session, cmd)
                 elif cmd.get("op") == "stop":
                     await session.stop()
                 else:
@@ -242,6 +277,21 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
         # The page is gone (or the server shuts down): its contenders stop.
         await asyncio.shield(session.stop())
     return ws
+
+
+async def _start(app: web.Application, session: Session, cmd: dict[str, Any]) -> None:
+    """A page's start: one run per server.
+
+    ``cmd["auto"]`` (the page has just opened) while another page's run goes
+    on: refused with ``busy``, that run goes on. A start the user asked for
+    takes the run over: the other pages' contenders stop first.
+    """
+    async with app[STARTING]:
+        others = [s for s in app[SESSIONS] if s is not session and s.running]
+        if others and cmd.get("auto"):
+            await session.ws.send_json({"type": "busy", "message": BUSY})
+            return
+        await session.start(cmd, others)
 
 
 async def _index(request: web.Request) -> web.Response:
@@ -262,6 +312,7 @@ def make_app(circles: int = 3000, workers: int | None = None) -> web.Application
     app = web.Application()
     app[DEFAULTS] = {"circles": circles, "workers": workers or os.cpu_count() or 2}
     app[SESSIONS] = set()
+    app[STARTING] = asyncio.Lock()
     app.on_shutdown.append(_shutdown)
     app.add_routes([web.get("/", _index), web.get("/ws", _websocket)])
     return app
