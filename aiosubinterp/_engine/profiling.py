@@ -15,8 +15,8 @@ process-wide Profile that every pool created meanwhile picks up.
 from __future__ import annotations
 
 import marshal
-import os
 import math
+import os
 import pstats
 import sys
 import threading
@@ -28,7 +28,7 @@ from aiosubinterp import _core
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Profile", "profiling_unsupported", "join_process_profile"]
+__all__ = ["Profile", "join_process_profile", "profiling_unsupported"]
 
 _WORKER_MODULE = "aiosubinterp._inside.profiling"
 _WORKER_FUNCTION = "run_profiled"
@@ -150,7 +150,7 @@ class Profile:
                                      (self._send, kind, payload), ())
 
     def _drain(self) -> None:
-        from aiosubinterp._channels.ends import EndOfChannel, WouldBlock
+        from aiosubinterp._errors import EndOfChannel, WouldBlock
 
         got = []
         with self._lock:

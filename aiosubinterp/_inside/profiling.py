@@ -23,6 +23,11 @@ import sys
 from aiosubinterp import _core
 from aiosubinterp._inside import marshal as _marshal
 
+TYPE_CHECKING = False  # no `typing` import in workers
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+    from typing import Any
+
 __all__ = ["run_profiled"]
 
 JOB_CALL = 1
@@ -30,17 +35,19 @@ JOB_EXEC = 2
 
 # This interpreter's measurement in progress (module globals are per
 # interpreter: each worker has its own copy of this module).
-_profiler = None  # the cProfile.Profile enabled now, or None
+_profiler: "Any" = None  # the cProfile.Profile enabled now, or None
 _depth = 0  # jobs (and coroutines) inside it
-_send = None  # where it goes when the last one ends
+_send: "Any" = None  # where it goes when the last one ends
 
 
-def _target(kind: int, payload: object) -> tuple[object, tuple[object, ...], dict[str, object]]:
+def _target(kind: int, payload: "Any") -> "tuple[Any, tuple[object, ...], dict[str, object]]":
     """(callable, args, kwargs) of the original job, as the worker's Runner.target() resolves it."""
     if kind == JOB_EXEC:
-        code = compile(payload, "<aiosubinterp exec>", "exec")  # type: ignore[call-overload]
+        code = compile(payload, "<aiosubinterp exec>", "exec")
         return exec, (code, sys.modules["__main__"].__dict__), {}
-    module, target, args, kw = payload  # type: ignore[misc]
+    module: str | None
+    target: Any
+    module, target, args, kw = payload
     if module is None:
         fn = _marshal.callable_target(target)
     else:
@@ -59,9 +66,9 @@ def _begin(send: object) -> None:
     if _depth == 0:
         import cProfile
 
-        profiler = cProfile.Profile()
+        profiler: cProfile.Profile | None = cProfile.Profile()
         try:
-            profiler.enable()
+            profiler.enable()  # type: ignore[union-attr]
         except ValueError:  # the job's own profiler holds sys.monitoring's profiler slot
             profiler = None
         _profiler, _send = profiler, send
@@ -79,7 +86,7 @@ def _end() -> None:
         return
     profiler.disable()
     profiler.create_stats()
-    stats = profiler.stats  # type: ignore[attr-defined]
+    stats = profiler.stats
     # Our own calls, at the end of the measurement: _end() and its disable().
     for key in [k for k in stats if k[2] == "<method 'disable' of '_lsprof.Profiler' objects>"
                 or (k[2] == "_end" and k[0] == __file__)]:
@@ -87,20 +94,20 @@ def _end() -> None:
     if not stats:
         return
     try:
-        send._send_nowait(  # type: ignore[attr-defined]
+        send._send_nowait(
             marshal.dumps((_core.current_interpreter_id(), stats)))
     except Exception:  # noqa: BLE001 - the profile ended meanwhile (its channel is closed)
         pass
 
 
-async def _profiled_coroutine(coro):  # type: ignore[no-untyped-def]
+async def _profiled_coroutine(coro: "Coroutine[Any, Any, Any]") -> "Any":
     try:
         return await coro
     finally:
         _end()
 
 
-_probe = _profiled_coroutine(None)
+_probe = _profiled_coroutine(None)  # type: ignore[arg-type]
 _CoroutineType = type(_probe)
 _probe.close()
 del _probe
@@ -114,7 +121,7 @@ def run_profiled(send: object, kind: int, payload: object) -> object:
     fn, args, kw = _target(kind, payload)
     _begin(send)
     try:
-        result = fn(*args, **kw)  # type: ignore[operator]
+        result = fn(*args, **kw)
     except BaseException:
         _end()
         raise
