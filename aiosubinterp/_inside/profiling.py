@@ -61,18 +61,22 @@ def _target(kind: int, payload: "Any") -> "tuple[Any, tuple[object, ...], dict[s
     return fn, args, dict(kw) if kw else {}
 
 
-def _begin(send: object) -> None:
-    global _profiler, _depth, _send
-    if _depth == 0:
-        import cProfile
+def _start(send: object) -> None:
+    """Enable a new profiler of this interpreter (the first job in: _depth is 1)."""
+    global _profiler, _send
+    import cProfile
 
-        profiler: cProfile.Profile | None = cProfile.Profile()
+    if _profiler is not None:  # left on by an _end() interrupted before disable()
         try:
-            profiler.enable()  # type: ignore[union-attr]
-        except ValueError:  # the job's own profiler holds sys.monitoring's profiler slot
-            profiler = None
-        _profiler, _send = profiler, send
-    _depth += 1
+            _profiler.disable()
+        except Exception:  # noqa: BLE001
+            pass
+    profiler: cProfile.Profile | None = cProfile.Profile()
+    try:
+        profiler.enable()  # type: ignore[union-attr]
+    except ValueError:  # the job's own profiler holds sys.monitoring's profiler slot
+        profiler = None
+    _profiler, _send = profiler, send
 
 
 def _end() -> None:
@@ -81,10 +85,10 @@ def _end() -> None:
     if _depth:
         return
     profiler, send = _profiler, _send
-    _profiler = _send = None
     if profiler is None:
         return
     profiler.disable()
+    _profiler = _send = None
     profiler.create_stats()
     stats = profiler.stats
     # Our own calls, at the end of the measurement: _end() and its disable().
@@ -100,14 +104,22 @@ def _end() -> None:
         pass
 
 
-async def _profiled_coroutine(coro: "Coroutine[Any, Any, Any]") -> "Any":
+async def _profiled_coroutine(coro: "Coroutine[Any, Any, Any]", started: list[bool]) -> "Any":
+    started.append(True)
     try:
         return await coro
     finally:
         _end()
 
 
-_probe = _profiled_coroutine(None)  # type: ignore[arg-type]
+def _end_unstarted(started: list[bool], coro: "Coroutine[Any, Any, Any]") -> None:
+    """A profiled coroutine closed before it started (its finally never ran)."""
+    if not started:
+        coro.close()
+        _end()
+
+
+_probe = _profiled_coroutine(None, [])  # type: ignore[arg-type]
 _CoroutineType = type(_probe)
 _probe.close()
 del _probe
@@ -118,14 +130,25 @@ def run_profiled(send: object, kind: int, payload: object) -> object:
 
     send is the profile channel's send end (unbounded: sending never waits).
     """
+    global _depth
     fn, args, kw = _target(kind, payload)
-    _begin(send)
+    # Counted before the `try`: no interruption (a cancel's KeyboardInterrupt
+    # is checked at calls and loops) can land between the two.
+    _depth += 1
     try:
+        if _depth == 1:
+            _start(send)
         result = fn(*args, **kw)
     except BaseException:
         _end()
         raise
     if type(result) is _CoroutineType:
-        return _profiled_coroutine(result)  # measured until it ends
+        # Measured until it ends; _end() then, or when it is dropped unstarted.
+        import weakref
+
+        started: list[bool] = []
+        wrapper = _profiled_coroutine(result, started)
+        weakref.finalize(wrapper, _end_unstarted, started, result)
+        return wrapper
     _end()
     return result
