@@ -37,9 +37,10 @@ def label(func: Func) -> str:
 def folded_stacks(raw: Raw, min_fraction: float = 0.001) -> dict[tuple[Func, ...], float]:
     """{stack (root first): self seconds} estimated from cProfile's caller -> callee edges.
 
-    Branches narrower than min_fraction of the total are folded into their
-    parent's own time. A recursive call (a function already on the stack)
-    is not expanded again: its time stays with the stack above it.
+    Each frame is as wide as its time under that stack: its own time plus its
+    callees'. Branches narrower than min_fraction of the total are folded into
+    their parent's own time. A recursive call (a function already on the
+    stack) is not expanded again: its time stays with the stack above it.
     """
     children: dict[Func, list[tuple[Func, float]]] = {}
     roots: list[Func] = []
@@ -57,18 +58,23 @@ def folded_stacks(raw: Raw, min_fraction: float = 0.001) -> dict[tuple[Func, ...
     floor = total * min_fraction
 
     def expand(func: Func, stack: tuple[Func, ...], weight: float) -> None:
-        _cc, _nc, tt, ct, _callers = raw[func]
+        ct = raw[func][3]
         scale = weight / ct if ct > 0 else 0.0
-        own = tt * scale
+        parts = []
         if len(stack) < _MAX_DEPTH:
-            for child, edge_ct in children.get(func, ()):
-                part = edge_ct * scale
-                if child in stack or part < floor or child not in raw:
-                    continue  # counted in this frame's own time below
+            parts = [(child, edge_ct * scale) for child, edge_ct in children.get(func, ())
+                     if child not in stack and child in raw]
+        # cProfile's edges can add up to more than the caller's time (a
+        # generator's resumptions inside the call that drives it): squeeze
+        # them into the caller's width.
+        spent = sum(part for _, part in parts)
+        if spent > weight > 0:
+            parts = [(child, part * weight / spent) for child, part in parts]
+        own = weight
+        for child, part in parts:
+            if part >= floor:  # narrower ones stay in this frame's own time
                 expand(child, (*stack, child), part)
-                weight -= part
-        # What the children above did not take: own time, plus folded branches.
-        own = max(own, weight) if weight > 0 else own
+                own -= part
         if own > 0:
             out[stack] = out.get(stack, 0.0) + own
 
@@ -202,4 +208,4 @@ def text_report(merged: pstats.Stats, per_interpreter: dict[int, pstats.Stats], 
         out.write(f"\n== interpreter {interp} ==\n")
         stats.stream = out  # type: ignore[attr-defined]
         stats.sort_stats("cumulative").print_stats(limit)
-    return out.getvalue()
+    return out.getvalue().rstrip("\n") + "\n"
