@@ -299,3 +299,27 @@ async def test_pool_profile_under_the_process_profile():
     assert calls(inner.raw(), "branch") == 1 and calls(inner.raw(), "other") == 0
     assert calls(outer.raw(), "branch") == 1 and calls(outer.raw(), "other") == 2
     assert outer.closed and _profiling._process_profile is None
+
+
+@needs_313
+def test_cli_script_without_pools(tmp_path):
+    (tmp_path / "script.py").write_text("print('no pool here')\n")
+    proc = run_cli(tmp_path, "-o", "out", "script.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no pool here" in proc.stdout and "0 tasks profiled" in proc.stderr
+    assert "no task ran in an interpreter while profiling" in (
+        tmp_path / "out" / "profile.txt").read_text()
+    assert (tmp_path / "out" / "flamegraph.svg").read_text().startswith("<svg")
+    assert json.loads((tmp_path / "out" / "profile.speedscope.json").read_text())["profiles"]
+
+
+@needs_313
+async def test_unshareable_arguments_are_refused_as_without_profiling():
+    import threading
+
+    async with asi.InterpreterPool(1) as pool:
+        async with pool.profile() as prof:
+            with pytest.raises(asi.NotShareableError, match="other"):
+                pool.submit(proffuncs.other, threading.Lock())
+            assert await pool.run(proffuncs.other, 10) == proffuncs.leaf(10)
+        assert calls(prof.raw(), "other") == 1

@@ -179,7 +179,8 @@ class Profile:
 
     @property
     def tasks(self) -> int:
-        """How many tasks were submitted while the profile was on."""
+        """How many tasks were submitted while the profile was on (a submit refused for
+        unshareable arguments included)."""
         return self._tasks
 
     def close(self) -> None:
