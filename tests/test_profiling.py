@@ -110,8 +110,11 @@ async def test_replaced_workers_are_profiled():
 async def test_failing_cancelled_and_self_profiling_tasks():
     async with asi.InterpreterPool(1) as pool:
         async with pool.profile() as prof:
-            with pytest.raises(ValueError, match="fails"):
+            with pytest.raises(ValueError, match="fails") as info:
                 await pool.run(proffuncs.fails, 10)
+            # The remote traceback is the task's, without the profiling frames.
+            remote = info.value.__cause__.remote_traceback  # type: ignore[union-attr]
+            assert "proffuncs.py" in remote and "run_profiled" not in remote
             # One profiler per interpreter: a task that starts its own meanwhile gets
             # CPython's error, as under `python -m cProfile`.
             with pytest.raises(ValueError, match="Another profiling tool is already active"):
