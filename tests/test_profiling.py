@@ -326,3 +326,20 @@ async def test_unshareable_arguments_are_refused_as_without_profiling():
                 pool.submit(proffuncs.other, threading.Lock())
             assert await pool.run(proffuncs.other, 10) == proffuncs.leaf(10)
         assert calls(prof.raw(), "other") == 1
+
+
+@needs_313
+async def test_overlapping_coroutines_share_one_measurement():
+    async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
+        async with pool.profile() as prof:
+            results = await asyncio.gather(
+                *(pool.submit(proffuncs.awaits_then_leaf, 10) for _ in range(4)),
+                pool.submit(proffuncs.other, 10))
+        assert results == [proffuncs.leaf(10)] * 5
+        raw = prof.raw()
+        assert calls(raw, "awaits_then_leaf") == 8  # each resumed once after its await
+        assert calls(raw, "leaf") == 5 and calls(raw, "other") == 1
+        # Nothing left on: a later task is measured again in a new profile.
+        async with pool.profile() as again:
+            await pool.run(proffuncs.other, 10)
+        assert calls(again.raw(), "other") == 1
