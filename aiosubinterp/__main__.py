@@ -1,4 +1,4 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info | check | --version``.
+"""Command line: ``python -m aiosubinterp demo | bench | info | check | profile | --version``.
 
 Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
 """
@@ -88,7 +88,28 @@ def main(argv: list[str] | None = None) -> int:
                             "in 2 interpreters at once")
     check.add_argument("--jobs", type=int, default=max(1, min(4, cores)),
                        help="modules checked at once (default: CPU count, at most 4)")
+    profile = sub.add_parser(
+        "profile", help="run a script with its pools profiled; report and flame graph",
+        description="Run SCRIPT (with ARGS) as __main__, with every InterpreterPool and "
+                    "Interpreter it creates profiled: each interpreter runs cProfile on itself "
+                    "around its tasks. Writes OUT/profile.txt (top functions, all interpreters "
+                    "together and each one), OUT/profile.pstats (python -m pstats, snakeviz), "
+                    "OUT/flamegraph.svg and OUT/profile.speedscope.json "
+                    "(https://www.speedscope.app). Needs CPython 3.13 or newer.")
+    profile.add_argument("-o", "--out", default="aiosubinterp-profile",
+                         help="folder for the report files (default ./aiosubinterp-profile); "
+                              "before SCRIPT, as the script's own arguments follow it")
+    profile.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    profile.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                         help="arguments of the script")
     args = parser.parse_args(argv)
+    if args.command == "profile":
+        from aiosubinterp._engine.profiling import profile_script
+
+        try:
+            return profile_script(args.script, args.args, args.out)
+        except ValueError as exc:
+            parser.error(f"profile: {exc}")
     if args.command == "demo":
         for name in ("workers", "tasks", "span", "circles", "frames", "rounds"):
             if getattr(args, name) < 1:

@@ -16,6 +16,7 @@ from aiosubinterp._engine import fallback as _procfallback
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
+from aiosubinterp._engine import profiling as _profiling
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     NotShareableError,
@@ -131,6 +132,9 @@ class _Engine(_lifecycle.Lifecycle):
         self._log_consumer: _logs.LogConsumer | None = None
         # fallback="copy": a new folder for each interpreter's private copies.
         self._copies = _copies.CopyFolders() if private_copies else None
+        # pool.profile() (aiosubinterp._engine.profiling): jobs go through it while set.
+        self._profile: _profiling.Profile | None = None
+        _profiling.join_process_profile(self)
 
     # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
 
@@ -318,6 +322,8 @@ class _Engine(_lifecycle.Lifecycle):
                   if self._forward_logging else 0)
         if output != self._output or (self._path is not None and sys.path != self._path):
             self._publish_settings(output)
+        if self._profile is not None:
+            kind, payload = self._profile.wrap(kind, payload)
         tid = _lifecycle.next_task_id()
         try:
             self._queue.submit(tid, kind, payload, hub.core)
@@ -354,6 +360,25 @@ class _Engine(_lifecycle.Lifecycle):
         Raises NotShareableError here, before anything is queued, if they cannot.
         """
         return self._submit_here(fn, args, kwargs)
+
+    def profile(self) -> _profiling.Profile:
+        """Profile the tasks that run in this pool's interpreters, from now until it closes.
+
+        Use it as ``async with pool.profile() as prof:`` (or ``with``); after
+        the block, ``prof.stats()`` is one `pstats.Stats` of every interpreter
+        together, ``prof.per_interpreter()`` one per interpreter id, and
+        ``prof.dump(path)`` writes the former for ``python -m pstats`` or
+        snakeviz. Each interpreter runs `cProfile` on itself around each task
+        submitted while the profile is on (interpreters started or replaced
+        meanwhile too) and sends its statistics back as bytes. Off, profiling
+        costs nothing.
+
+        Raises:
+            RuntimeError: this pool is already being profiled, or CPython is
+                3.12 (cProfile does not load in a subinterpreter there).
+        """
+        self._check_open()
+        return _profiling.start(self)
 
     def _submit_here(self, fn: Callable[..., object], args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Task:
