@@ -279,3 +279,43 @@ async def test_cancel_while_logging_leaves_the_stream_whole(captured):
     assert busy == [f"busy {i}" for i in range(len(busy))]
     assert [r.getMessage() for r in captured if r.getMessage().startswith("after ")] == [
         f"after {i}" for i in range(50)]
+
+
+# Main's handling never returns (a handler's filter that waits forever, outside
+# the handler's lock so that logging's own shutdown can still flush it): the
+# exit hook gives up after its limit, and the program still ends.
+STUCK_CHILD = """
+    import asyncio, logging, socket, sys, threading
+    import aiosubinterp as asi
+    from aiosubinterp._engine import logs
+    import logfuncs
+
+    logs.EXIT_LIMIT = 0.5
+    never = threading.Event()
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(lambda record: print("stuck", flush=True) or never.wait())
+    logging.getLogger("logtest").addHandler(handler)
+    logging.getLogger("logtest").setLevel(logging.INFO)
+
+    async def main():
+        pool = asi.{kind}(1)
+        if "{kind}" == "InterpreterPool":
+            await pool.run(logfuncs.log_many, 5, "x")
+        else:  # its records come before its result: that never comes
+            mine, theirs = socket.socketpair()
+            pool.submit(logfuncs.log_many_then_signal, 5, "x", theirs)
+            theirs.close()
+            await asyncio.get_running_loop().sock_recv(mine, 1)
+            mine.close()
+        return pool
+
+    pool = asyncio.run(main())  # never closed
+    print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["InterpreterPool", "ProcessPool"])
+def test_exit_does_not_wait_forever_for_a_stuck_handler(tmp_path, kind):
+    proc = childproc.run_child(tmp_path, STUCK_CHILD.replace("{kind}", kind))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(proc.stdout.splitlines()) == ["exiting", "stuck"]

@@ -166,18 +166,22 @@ class LogConsumer(RecordSink):
         root, levels, disable = level_snapshot()
         return (send, root, levels, disable, True)
 
-    def stop(self) -> None:
-        """After the workers are gone: handle what they sent, then end the thread. Idempotent."""
+    def stop(self, timeout: float | None = None) -> None:
+        """After the workers are gone: handle what they sent, then end the thread. Idempotent.
+
+        timeout (at exit): seconds to wait at most for a handler that does
+        not return; then what is left is dropped and the thread left behind.
+        """
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
         _live.discard(self)
         try:
-            self._send.send_sync(_STOP)  # behind every record already sent
+            self._send.send_sync(_STOP, timeout)  # behind every record already sent
         except Exception:  # noqa: BLE001 - e.g. on a loop's thread: never hang, drop the rest
             self._recv.close()  # the thread's recv_sync returns: it ends
-        self._thread.join()
+        self._thread.join(timeout)
         self._send.close()
         self._recv.close()
 
@@ -202,9 +206,12 @@ def drain_at_exit(pool: Any) -> None:
     _others.add(pool)
 
 
+EXIT_LIMIT = 30.0  # seconds the exit hook waits at most for each pool (a stuck handler)
+
+
 def _stop_at_exit() -> None:
     for consumer in list(_live):
-        consumer.stop()
+        consumer.stop(EXIT_LIMIT)
     for pool in list(_others):
         pool.drain_logs()
 

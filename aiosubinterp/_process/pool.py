@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -588,12 +589,13 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             procs = list(self._procs.values())
         for proc in procs:  # where each worker's stream is now, then wait for them
             proc.drain_waiter = proc.reader.sent()
+        deadline = time.monotonic() + _logs.EXIT_LIMIT  # one for all: exit must not hang
         with _drained:
             for proc in procs:
                 target = proc.drain_waiter
                 _drained.wait_for(
                     lambda p=proc, t=target: p.handled >= t or p.handled < 0,  # type: ignore[misc]
-                    _EXIT_DRAIN_LIMIT)
+                    max(0.0, deadline - time.monotonic()))
 
     # -- introspection -----------------------------------------------------------
 
@@ -608,7 +610,6 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
 
 
 _drained = threading.Condition()  # a reader thread handled more (for drain_logs at exit)
-_EXIT_DRAIN_LIMIT = 30.0  # seconds drain_logs waits at most for a worker (a backstop)
 
 
 def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
