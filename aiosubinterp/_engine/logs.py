@@ -38,6 +38,7 @@ import atexit
 import logging
 import sys
 import threading
+import time
 import warnings
 import weakref
 from typing import Any
@@ -206,14 +207,15 @@ def drain_at_exit(pool: Any) -> None:
     _others.add(pool)
 
 
-EXIT_LIMIT = 30.0  # seconds the exit hook waits at most for each pool (a stuck handler)
+EXIT_LIMIT = 30.0  # seconds the exit hook waits at most, in all (a stuck handler)
 
 
 def _stop_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_LIMIT
     for consumer in list(_live):
-        consumer.stop(EXIT_LIMIT)
+        consumer.stop(max(0.0, (deadline - time.monotonic()) / 2))  # the send, then the join
     for pool in list(_others):
-        pool.drain_logs()
+        pool.drain_logs(deadline)
 
 
 # logging is imported above, so its shutdown hook is registered first: atexit

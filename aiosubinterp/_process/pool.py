@@ -579,17 +579,17 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
 
     # -- interpreter exit ------------------------------------------------------------
 
-    def drain_logs(self) -> None:
+    def drain_logs(self, deadline: float) -> None:
         """At interpreter exit (pool not closed): handle the log records the workers sent so far.
 
         Called by aiosubinterp._engine.logs's atexit hook, before logging's
-        own shutdown. What a worker sends after this is not waited for.
+        own shutdown. What a worker sends after this is not waited for, nor
+        anything past deadline (time.monotonic(): main's handling is stuck).
         """
         with self._lock:
             procs = list(self._procs.values())
         for proc in procs:  # where each worker's stream is now, then wait for them
             proc.drain_waiter = proc.reader.sent()
-        deadline = time.monotonic() + _logs.EXIT_LIMIT  # one for all: exit must not hang
         with _drained:
             for proc in procs:
                 target = proc.drain_waiter
