@@ -293,7 +293,8 @@ STUCK_CHILD = """
     logs.EXIT_LIMIT = 0.5
     never = threading.Event()
     handler = logging.StreamHandler(sys.stdout)
-    handler.addFilter(lambda record: print("stuck", flush=True) or never.wait())
+    # Whole lines in one write each: the reader thread and main print at once.
+    handler.addFilter(lambda record: sys.stdout.write("stuck\\n") and never.wait())
     logging.getLogger("logtest").addHandler(handler)
     logging.getLogger("logtest").setLevel(logging.INFO)
 
@@ -310,7 +311,7 @@ STUCK_CHILD = """
         return pool
 
     pool = asyncio.run(main())  # never closed
-    print("exiting", flush=True)
+    sys.stdout.write("exiting\\n")
 """
 
 
