@@ -17,7 +17,13 @@ import warnings
 
 import childproc
 import logfuncs
+
+# Loading numpy's C library starts OpenBLAS's threads in this process, even when
+# an interpreter's import of numpy is then refused (the fallback test): start
+# them before any test takes its snapshot of the threads.
+import numpy  # noqa: F401
 import outfuncs
+import procfuncs
 import pytest
 import warnfuncs
 
@@ -320,3 +326,17 @@ def test_exit_does_not_wait_forever_for_a_stuck_handler(tmp_path, kind):
     proc = childproc.run_child(tmp_path, STUCK_CHILD.replace("{kind}", kind))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(proc.stdout.splitlines()) == ["exiting", "stuck"]
+
+
+@pytest.mark.parametrize("forward", [True, False])
+async def test_process_fallback_follows_forward_logging(captured, forward):
+    async with asi.InterpreterPool(1, fallback="process", forward_logging=forward) as pool:
+        with pytest.warns(asi.FallbackWarning):
+            await pool.run(procfuncs.numpy_total, 3)  # procfuncs goes to processes now
+        pid = await pool.run(procfuncs.log_from_process, "from a process")
+    assert pid != os.getpid()
+    if forward:
+        (record,) = captured
+        assert (record.getMessage(), record.process) == ("from a process", pid)
+    else:
+        assert captured == []
