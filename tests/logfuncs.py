@@ -62,3 +62,32 @@ def log_then_flood(gate: object, n: int) -> None:
     gate.recv_sync()  # type: ignore[attr-defined]
     for i in range(n):
         log.warning("flood %d", i)
+
+
+def log_many_then_signal(n: int, tag: str, sock: object) -> None:
+    """Log n records, then send one byte on sock (a socket passed to the worker process)."""
+    log_many(n, tag)
+    sock.send(b"!")  # type: ignore[attr-defined]
+
+
+def log_from_threads(threads: int, n: int) -> None:
+    """n records from each of several threads of this worker at once."""
+    import threading
+
+    def work(t: int) -> None:
+        for i in range(n):
+            log.warning("thread %d record %d", t, i)
+
+    started = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+
+
+def log_forever(tag: str) -> None:
+    """Log until interrupted (a cancelled task)."""
+    i = 0
+    while True:
+        log.warning("%s %d", tag, i)
+        i += 1

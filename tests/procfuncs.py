@@ -166,3 +166,11 @@ def open_local_channel():
 
     send, _recv = aiosubinterp.open_channel(1)
     return send
+
+
+def log_from_process(text: str) -> int:
+    """Log a warning (logger logtest.proc) from the worker process; its pid."""
+    import logging
+
+    logging.getLogger("logtest.proc").warning(text)
+    return os.getpid()

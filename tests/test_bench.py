@@ -92,6 +92,8 @@ def test_chart_without_contenders_or_targets(tmp_path):
     ({"stats": {"a": {"p50": 15.0}}}, "bench_roundtrip", ("µs", "lower", {"a": 15.0})),
     ({"stats": {"a 64MiB-echo": {"p50": 19.0}, "a 1MiB-len": {"p50": 2.0}}}, "bench_buffer",
      ("µs", "lower", {"a": 19.0})),
+    ({"records_per_s": {"a": 9.0}, "dropped_records_per_s": {"a": 90.0}}, "bench_logging",
+     ("records/s", "higher", {"a": 9.0})),
     ({"a": {"first_result_ms": {"p50": 50.0}}, "b": 3}, "bench_startup",
      ("ms", "lower", {"a": 50.0})),
 ])
@@ -137,7 +139,7 @@ def test_the_real_benchmarks_json_still_has_a_headline(tmp_path):
     for script in sorted(root.glob("bench_*.py")):
         source = script.read_text()
         keys = [k for k in ("median_tasks_per_s", "speedup", "lag_ms", "medians", "stats",
-                            "first_result_ms", "http") if f'"{k}"' in source]
+                            "first_result_ms", "http", "records_per_s") if f'"{k}"' in source]
         assert keys, f"{script.name}: no summary key the bench command charts"
     json.dumps(_doc({}, []))  # the fixture itself is JSON, as the CLI reads it
 

@@ -95,12 +95,14 @@ def copies_only(fallback: object, who: str) -> bool:
 
 
 def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
-         initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float) -> Fallback | None:
+         initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float,
+         forward_logging: bool = True) -> Fallback | None:
     """The process fallback of a new InterpreterPool, or None; a clear error for a bad value."""
     if "process" not in parse(fallback):
         return None
     return Fallback(size=size, initializer=initializer, initargs=initargs,
-                    max_tasks=max_tasks, cancel_grace=cancel_grace)
+                    max_tasks=max_tasks, cancel_grace=cancel_grace,
+                    forward_logging=forward_logging)
 
 
 def _unwrap(fn: object) -> object:
@@ -125,9 +127,11 @@ class Fallback:
     """
 
     def __init__(self, *, size: int, initializer: Callable[..., object] | None,
-                 initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float) -> None:
+                 initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float,
+                 forward_logging: bool = True) -> None:
         self._options = dict(initializer=initializer, initargs=initargs,
-                             max_tasks_per_worker=max_tasks, cancel_grace=cancel_grace)
+                             max_tasks_per_worker=max_tasks, cancel_grace=cancel_grace,
+                             forward_logging=forward_logging)
         self._size = size
         self._lock = threading.Lock()
         self._modules: dict[str, str] = {}  # function module -> the extension module that refused

@@ -21,6 +21,11 @@ Output from workers (while main's sys.stdout/sys.stderr are replaced, see
 aiosubinterp._inside.logs) is written to main's stream of that name, as it
 is when the text is handled.
 
+At interpreter exit, consumers of pools never closed are stopped the same
+way (an atexit hook, registered after logging's own, so it runs before
+logging.shutdown() flushes the handlers): what the workers sent before the
+exit is handled; what they send after it is not.
+
 Closing: once the pool's workers are gone (every record they sent is in the
 channel), stop() sends an end marker behind those records and waits until
 the thread has handled everything before it, so ``aclose()`` returns after
@@ -29,16 +34,19 @@ the last record was handled.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
 import threading
+import time
 import warnings
+import weakref
 from typing import Any
 
 from aiosubinterp._channels.ends import open_channel
 from aiosubinterp._inside.logs import OUTPUT, RECORD_FIELDS, WARNING
 
-__all__ = ["DEFAULT_BUFFER", "LogConsumer", "level_snapshot"]
+__all__ = ["DEFAULT_BUFFER", "LogConsumer", "RecordSink", "drain_at_exit", "level_snapshot"]
 
 DEFAULT_BUFFER = 10_000  # records waiting in main at most, per pool
 _STOP = None  # the end marker (a record is never None)
@@ -57,59 +65,24 @@ def level_snapshot() -> tuple[int, dict[str, int], int]:
     return logging.getLogger().level, levels, manager.disable
 
 
-class LogConsumer:
-    """The channel workers send records into, and the thread that handles them in main.
+class RecordSink:
+    """Hands what workers sent (records, warnings, output; _inside.logs's tuples) to main.
 
-    Thread-safety: worker_setup() and stop() may be called from any thread;
-    stop() must not be called on an event loop's thread (it blocks).
+    Used by LogConsumer's thread (interpreter pools) and by a ProcessPool's
+    reader threads, which get the same tuples over their worker's socket.
+
+    Thread-safety: handle() may be called from several threads at once (it
+    takes a lock: one item at a time, so a worker's items keep their order).
     """
 
     def __init__(self, maxsize: int = DEFAULT_BUFFER) -> None:
         self._maxsize = maxsize
-        self._send, self._recv = open_channel(maxsize)
-        self._lock = threading.Lock()
-        self._stopped = False
         self._registries: dict[str, dict[Any, Any]] = {}  # warnings shown, per module
-        self._thread = threading.Thread(target=self._run, name="aiosubinterp-logs", daemon=True)
-        try:
-            self._thread.start()
-        except BaseException:  # e.g. no new thread at interpreter shutdown (3.12)
-            self._send.close()
-            self._recv.close()
-            raise
+        self._handling = threading.Lock()
 
-    def worker_setup(self) -> tuple[Any, ...] | None:
-        """What a starting worker gets (_inside.logs.Forwarder), or None once stopped."""
-        with self._lock:
-            if self._stopped:
-                return None
-            send = self._send.clone()
-        root, levels, disable = level_snapshot()
-        return (send, root, levels, disable, True)
-
-    def stop(self) -> None:
-        """After the workers are gone: handle what they sent, then end the thread. Idempotent."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        try:
-            self._send.send_sync(_STOP)  # behind every record already sent
-        except Exception:  # noqa: BLE001 - e.g. on a loop's thread: never hang, drop the rest
-            self._recv.close()  # the thread's recv_sync returns: it ends
-        self._thread.join()
-        self._send.close()
-        self._recv.close()
-
-    def _run(self) -> None:
-        recv = self._recv
-        while True:
-            try:
-                item = recv.recv_sync()
-            except Exception:  # noqa: BLE001 - EndOfChannel or closed: nothing more can come
-                return
-            if item is _STOP:
-                return
+    def handle(self, item: tuple[Any, ...]) -> None:
+        """Handle one item; a bad one is reported on logging's last resort, never raised."""
+        with self._handling:
             try:
                 self._handle(item)
             except Exception:  # noqa: BLE001 - one bad record must not stop the others
@@ -162,6 +135,92 @@ class LogConsumer:
             "interpreter %d dropped %d log records: they came faster than the main "
             "interpreter handled them (at most %d wait). Log less, or at a level the "
             "main interpreter drops", interp_id, dropped, self._maxsize)
+
+
+class LogConsumer(RecordSink):
+    """The channel workers send records into, and the thread that handles them in main.
+
+    Thread-safety: worker_setup() and stop() may be called from any thread;
+    stop() must not be called on an event loop's thread (it blocks).
+    """
+
+    def __init__(self, maxsize: int = DEFAULT_BUFFER) -> None:
+        super().__init__(maxsize)
+        self._send, self._recv = open_channel(maxsize)
+        self._lock = threading.Lock()
+        self._stopped = False
+        _live.add(self)
+        self._thread = threading.Thread(target=self._run, name="aiosubinterp-logs", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:  # e.g. no new thread at interpreter shutdown (3.12)
+            self._send.close()
+            self._recv.close()
+            raise
+
+    def worker_setup(self) -> tuple[Any, ...] | None:
+        """What a starting worker gets (_inside.logs.Forwarder), or None once stopped."""
+        with self._lock:
+            if self._stopped:
+                return None
+            send = self._send.clone()
+        root, levels, disable = level_snapshot()
+        return (send, root, levels, disable, True)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """After the workers are gone: handle what they sent, then end the thread. Idempotent.
+
+        timeout (at exit): seconds to wait at most for a handler that does
+        not return; then what is left is dropped and the thread left behind.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        _live.discard(self)
+        try:
+            self._send.send_sync(_STOP, timeout)  # behind every record already sent
+        except Exception:  # noqa: BLE001 - e.g. on a loop's thread: never hang, drop the rest
+            self._recv.close()  # the thread's recv_sync returns: it ends
+        self._thread.join(timeout)
+        self._send.close()
+        self._recv.close()
+
+    def _run(self) -> None:
+        recv = self._recv
+        while True:
+            try:
+                item = recv.recv_sync()
+            except Exception:  # noqa: BLE001 - EndOfChannel or closed: nothing more can come
+                return
+            if item is _STOP:
+                return
+            self.handle(item)
+
+
+_live: weakref.WeakSet[LogConsumer] = weakref.WeakSet()  # consumers not stopped yet
+_others: weakref.WeakSet[Any] = weakref.WeakSet()  # process pools (drain_logs())
+
+
+def drain_at_exit(pool: Any) -> None:
+    """Have pool.drain_logs() called at interpreter exit, unless pool is gone by then."""
+    _others.add(pool)
+
+
+EXIT_LIMIT = 30.0  # seconds the exit hook waits at most, in all (a stuck handler)
+
+
+def _stop_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_LIMIT
+    for consumer in list(_live):
+        consumer.stop(max(0.0, (deadline - time.monotonic()) / 2))  # the send, then the join
+    for pool in list(_others):
+        pool.drain_logs(deadline)
+
+
+# logging is imported above, so its shutdown hook is registered first: atexit
+# runs this one before it, and the records end up in handlers still open.
+atexit.register(_stop_at_exit)
 
 
 def _category(name: str) -> type[Warning] | None:

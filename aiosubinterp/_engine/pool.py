@@ -594,7 +594,8 @@ class InterpreterPool(_Engine):
         # (aiosubinterp._engine.fallback).
         self._fallback = _procfallback.make(
             fallback, size=size, initializer=initializer, initargs=initargs,
-            max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace)
+            max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace,
+            forward_logging=forward_logging)
         super().__init__(
             size,
             preload=preload,

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,6 +21,7 @@ from aiosubinterp import _core
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
+from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
     NotShareableError,
@@ -34,6 +36,7 @@ from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
     JOB,
+    LOG,
     READY,
     REQUEST,
     RESULT,
@@ -86,6 +89,8 @@ class _Proc:
         self.keys: set[int] = set()        # channel ends it holds proxies of
         self.requests: dict[int, concurrent.futures.Future[Any]] = {}
         self.abandoned = False
+        self.handled = 0  # bytes of the messages its reader thread has handled
+        self.drain_waiter: int | None = None  # set at exit: drain_logs() waits for handled
 
     def write(self, kind: int, ident: int, body: bytes = b"",
               fds: list[int] | tuple[Any, ...] = ()) -> bool:
@@ -142,6 +147,11 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         max_tasks_per_worker: replace a worker process after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop after its
             KeyboardInterrupt before its process is killed and replaced.
+        forward_logging: True (default): what the workers log is handled by
+            this process's logging, their warnings by its warnings filters,
+            and, while this process's ``sys.stdout``/``sys.stderr`` are
+            replaced, their output is written there, as for InterpreterPool.
+            False: they log, warn and write as plain processes do.
 
     Workers are fresh Python processes (like multiprocessing's "spawn", never
     a fork of this process: forking next to live interpreters kills the
@@ -168,7 +178,10 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         initargs: tuple[Any, ...] = (),
         max_tasks_per_worker: int | None = None,
         cancel_grace: float = 1.0,
+        forward_logging: bool = True,
     ) -> None:
+        if not isinstance(forward_logging, bool):
+            raise TypeError(f"forward_logging must be True or False, got {forward_logging!r}")
         super().__init__(
             _lifecycle.default_size() if size is None else size, preload=preload,
             initializer=initializer, initargs=initargs, max_tasks=max_tasks_per_worker,
@@ -182,7 +195,17 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         self._settings = 0
         self._settings_body = b""
         self._completed = 0
+        # forward_logging: what the reader threads hand the workers' LOG frames to.
+        self._log_sink = _logs.RecordSink() if forward_logging else None
+        if forward_logging:
+            _logs.drain_at_exit(self)
+        self._output = 0  # the output bits the workers were last given (see submit)
         self._init_ends()  # channel ends held for worker processes (_process.ends)
+
+    def _setup(self) -> tuple[Any, ...]:
+        """The lifecycle's setup, plus main's log levels now (None: no forwarding)."""
+        levels = None if self._log_sink is None else (*_logs.level_snapshot(), True)
+        return (*super()._setup()[:3], (tuple(self._path or ()), self._output), levels)
 
     def _check_crosses(self, payload: object) -> None:
         _procwire.close_fds(_procwire.encode(payload, self._refuse_end)[1])
@@ -329,8 +352,12 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         tid = _lifecycle.next_task_id()
         task = Task(loop, self, tid, name, None)
         job = _Job(tid, body, fds, keys, task, loop)
-        if sys.path != self._path:
-            self._new_settings()
+        # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
+        # workers send what they write there (bit 1 stdout, bit 2 stderr).
+        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
+                  if self._log_sink is not None else 0)
+        if sys.path != self._path or output != self._output:
+            self._new_settings(output)
         with self._lock:
             state = self._state
             proc = None
@@ -352,11 +379,12 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             self._ensure_started()
         return task
 
-    def _new_settings(self) -> None:
+    def _new_settings(self, output: int) -> None:
         path = list(sys.path)
-        body, _ = _procwire.encode((tuple(path),), self._refuse_end)
+        body, _ = _procwire.encode((tuple(path), output), self._refuse_end)
         with self._lock:
             self._path = path
+            self._output = output
             self._settings += 1
             self._settings_body = body
 
@@ -424,7 +452,10 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
     def _handle(self, proc: _Proc, kind: int, ident: int, body: bytes | bytearray,
                 fds: list[int]) -> None:
         try:
-            if kind == RESULT:
+            if kind == LOG:
+                if self._log_sink is not None:
+                    self._log_sink.handle(_procwire.decode(body, fds))
+            elif kind == RESULT:
                 self._on_result(proc, ident, body, fds)
             elif kind == REQUEST:
                 self._on_request(proc, ident, body, fds)
@@ -546,6 +577,26 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         if listed:
             self._replace()
 
+    # -- interpreter exit ------------------------------------------------------------
+
+    def drain_logs(self, deadline: float) -> None:
+        """At interpreter exit (pool not closed): handle the log records the workers sent so far.
+
+        Called by aiosubinterp._engine.logs's atexit hook, before logging's
+        own shutdown. What a worker sends after this is not waited for, nor
+        anything past deadline (time.monotonic(): main's handling is stuck).
+        """
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:  # where each worker's stream is now, then wait for them
+            proc.drain_waiter = proc.reader.sent()
+        with _drained:
+            for proc in procs:
+                target = proc.drain_waiter
+                _drained.wait_for(
+                    lambda p=proc, t=target: p.handled >= t or p.handled < 0,  # type: ignore[misc]
+                    max(0.0, deadline - time.monotonic()))
+
     # -- introspection -----------------------------------------------------------
 
     def pids(self) -> list[int]:
@@ -556,6 +607,9 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
     def _counts(self) -> tuple[int, int, int, int]:
         with self._lock:
             return (len(self._running), len(self._running), len(self._queued), self._completed)
+
+
+_drained = threading.Condition()  # a reader thread handled more (for drain_logs at exit)
 
 
 def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
@@ -572,6 +626,14 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
             continue
         pool._handle(proc, kind, ident, body, fds)
         del pool
+        proc.handled = proc.reader.returned
+        if proc.drain_waiter is not None:
+            with _drained:
+                _drained.notify_all()
+    proc.handled = -1  # no more: the process is gone
+    if proc.drain_waiter is not None:
+        with _drained:
+            _drained.notify_all()
     pool = pool_ref()
     if pool is not None:
         pool._on_exit(proc)

@@ -40,9 +40,9 @@ __all__ = [
 HEADER = struct.Struct("<IBBxxQ")  # body length, kind, fds, id
 
 # parent -> child
-SETUP = 1       # body: setup tuple; child answers READY or FAILED
+SETUP = 1       # body: setup tuple (with the log levels); child answers READY or FAILED
 JOB = 2         # id: task id; body: pickled call payload
-SETTINGS = 3    # body: pickled settings (sys.path)
+SETTINGS = 3    # body: pickled settings (sys.path, output bits)
 REPLY = 4       # id: request id; body: pickled (status, value)
 STOP = 5        # the child exits
 # child -> parent
@@ -51,6 +51,7 @@ FAILED = 12     # body: pickled error description
 RESULT = 13     # id: task id; body: pickled (status, value, released ends)
 REQUEST = 14    # id: request id; body: pickled (operation, key, arguments)
 ABORT = 15      # id: request id being abandoned (the task was cancelled)
+LOG = 16        # body: pickled log item (_inside.logs: a record, warning or output tuple)
 
 # Bodies smaller than this are sent in one write together with their header.
 _JOIN_LIMIT = 1 << 16
@@ -85,6 +86,8 @@ class Reader:
         self._sock = sock
         self._buf = bytearray()
         self._fds: collections.deque[int] = collections.deque()
+        self.received = 0  # bytes taken from the socket so far
+        self.returned = 0  # bytes of the frames read() returned so far
 
     def _fill(self) -> None:
         data, anc, _flags, _addr = self._sock.recvmsg(1 << 16, _ANC_SIZE)
@@ -95,6 +98,7 @@ class Reader:
                 self._fds.extend(got)
         if not data:
             raise EOFError("the peer closed the connection")
+        self.received += len(data)
         self._buf += data
 
     def pending(self) -> bool:
@@ -121,12 +125,33 @@ class Reader:
                 n = self._sock.recv_into(view[have:], length - have)
                 if n == 0:
                     raise EOFError("the peer closed the connection in the middle of a message")
+                self.received += n
                 have += n
             view.release()
         while len(self._fds) < nfds:
             self._fill()  # fds travel with the header: already here, unless the peer misbehaved
         fds = [self._fds.popleft() for _ in range(nfds)]
+        self.returned += end
         return kind, ident, body, fds
+
+    def sent(self) -> int:
+        """How many bytes the peer has sent so far: taken by the reader, or in the kernel.
+
+        For another thread than the reader's: read while the reader took
+        nothing (retried otherwise), so a frame is not counted twice.
+        """
+        import fcntl
+        import termios
+
+        count = array.array("i", [0])
+        while True:
+            before = self.received
+            try:
+                fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, count)
+            except OSError:  # closed: nothing more comes
+                count[0] = 0
+            if self.received == before:
+                return before + count[0]
 
     def close(self) -> None:
         while self._fds:

@@ -6,15 +6,24 @@ the ids of tasks to cancel before it sends SIGINT. The SIGINT handler raises
 KeyboardInterrupt in the running task only if that task's id was written:
 a late signal (the task already finished) or a Ctrl-C meant for the parent
 does nothing here.
+
+With forward_logging, the worker's records, warnings and (while main's
+sys.stdout/sys.stderr are replaced) output go to the pool as LOG frames:
+the interpreter workers' Forwarder (aiosubinterp._inside.logs) makes the
+same tuples, and _LogSend writes them on the socket, in order with the
+task's RESULT. The socket is the bound: a worker that logs faster than main
+handles waits (nothing is dropped).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import signal
 import socket
 import sys
+import threading
 import types
 
 from aiosubinterp import _core
@@ -25,6 +34,7 @@ from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
     JOB,
+    LOG,
     READY,
     REPLY,
     REQUEST,
@@ -69,6 +79,8 @@ class _State:
         self.functions: dict[tuple[str, str], object] = {}
         self.next_request = 0
         self.proxies: dict[int, object] = {}  # key -> weakref of the channel-end proxy here
+        self.wlock = threading.Lock()  # one frame at a time (log records from any thread)
+        self.logs: Any = None  # _inside.logs.Forwarder, with forward_logging
 
     # -- cancellation ---------------------------------------------------------------
 
@@ -117,7 +129,8 @@ class _State:
         """Write a whole frame; an interruption meanwhile is raised once it is written."""
         self.shielded = True
         try:
-            send_frame(self.sock, kind, ident, body, fds or ())
+            with self.wlock:
+                send_frame(self.sock, kind, ident, body, fds or ())
         finally:
             self.shielded = False
             if fds:
@@ -165,10 +178,12 @@ class _State:
             self.functions[key] = fn
         return fn
 
-    def call(self, payload: tuple[Any, ...]) -> object:
+    def call(self, payload: tuple[Any, ...], task: bool = True) -> object:
         module, target, args, kw = payload
         fn = (self.resolve(module, target) if module is not None
               else _marshal.callable_target(target))
+        if task and self.logs is not None and self.logs.pending:
+            self.logs.maybe_install()  # the task's module may have imported logging just now
         result = fn(*args, **dict(kw)) if kw else fn(*args)
         if type(result) is types.CoroutineType:
             return self.run_coroutine(result)
@@ -273,7 +288,8 @@ class _State:
             if interrupted:
                 # Cancelled while waiting: the pool withdraws the operation (or it
                 # already completed); either way its answer comes, then we stop.
-                send_frame(self.sock, ABORT, rid)
+                with self.wlock:
+                    send_frame(self.sock, ABORT, rid)
             kind, ident, body, fds = self.reader.read()
         finally:
             self.shielded = False
@@ -285,6 +301,43 @@ class _State:
             self.deferred = False
             raise KeyboardInterrupt
         return reply
+
+
+class _LogSend:
+    """The Forwarder's "send end" in a worker process: LOG frames on the pool's socket.
+
+    Answers as a channel end's _send_nowait does (CHAN_DONE; CHAN_CLOSED once
+    the pool is gone). It never answers CHAN_WOULDBLOCK: a full socket makes
+    the sender wait until main has read, so nothing is dropped.
+
+    Thread-safety: any thread of the worker; frames are whole (the state's wlock).
+    """
+
+    def __init__(self, st: _State) -> None:
+        self._st = st
+        self._closed = False
+
+    def _send_nowait(self, item: tuple[Any, ...]) -> int:
+        if self._closed:
+            return _core.CHAN_CLOSED
+        body = pickle.dumps(item, protocol=5)  # builtins only: no fd, no channel end
+        st = self._st
+        try:
+            if threading.current_thread() is threading.main_thread():
+                st.send(LOG, 0, body)  # a cancellation meanwhile waits until it is out
+            else:
+                with st.wlock:
+                    send_frame(st.sock, LOG, 0, body)
+        except OSError:
+            self._closed = True
+            return _core.CHAN_CLOSED
+        return _core.CHAN_DONE
+
+    def _send_wait(self, item: tuple[Any, ...], timeout: float) -> int:
+        return self._send_nowait(item)
+
+    def close(self) -> None:
+        self._closed = True
 
 
 _state: _State | None = None
@@ -318,8 +371,10 @@ def _describe(exc: BaseException) -> tuple[Any, ...]:
 
 
 def _apply_settings(settings: tuple[Any, ...]) -> None:
-    (path,) = settings
-    sys.path[:] = path
+    """(sys.path[, output bits]): output as in _inside.logs.Forwarder.set_output."""
+    sys.path[:] = settings[0]
+    if len(settings) > 1 and _state is not None and _state.logs is not None:
+        _state.logs.set_output(settings[1])
 
 
 def main(sock_fd: int, ctl_fd: int) -> None:
@@ -333,14 +388,28 @@ def main(sock_fd: int, ctl_fd: int) -> None:
         kind, _, body, fds = st.reader.read()
         if kind != SETUP:
             raise RuntimeError(f"aiosubinterp: expected the set-up message, got {kind}")
-        main_ref, preload, init_payload, settings = st.decode(body, fds)  # type: ignore[misc]
+        setup: Any = st.decode(body, fds)
+        main_ref, preload, init_payload, settings = setup[:4]
+        levels = setup[4] if len(setup) > 4 else None
         st.main_ref = main_ref
         _marshal.main_importer = st.main
+        if levels is not None:
+            from aiosubinterp._inside.logs import Forwarder
+
+            st.logs = Forwarder((_LogSend(st), *levels))
+            # Imported now (~2 ms of a process start that takes tens): the
+            # handler is then in place before the first job, also for a task
+            # that imports logging itself for the first time.
+            import logging  # noqa: F401
         _apply_settings(settings)
         for name in preload:
             importlib.import_module(name)
         if init_payload is not None:
-            st.call(init_payload)
+            st.call(init_payload, task=False)
+        if st.logs is not None:
+            # After the initializer: logging (or warnings) it configured is kept.
+            st.logs.maybe_install()
+            st.logs.install_warnings()
     except EOFError:
         return
     except BaseException as exc:  # noqa: BLE001 - reported to the pool
@@ -348,6 +417,14 @@ def main(sock_fd: int, ctl_fd: int) -> None:
         send_frame(sock, FAILED, 0, out, out_fds)
         return
     send_frame(sock, READY, os.getpid())
+    try:
+        _serve(st)
+    finally:
+        if st.logs is not None:
+            st.logs.shutdown()  # the last partial line of output; the worker's own streams
+
+
+def _serve(st: _State) -> None:
     while True:
         try:
             kind, ident, body, fds = st.reader.read()
