@@ -119,8 +119,12 @@ def values(located: Located) -> tuple[tuple[str, str, Any], ...]:
     Sent even when empty: the worker then runs the task in a context of its own,
     where the variables are unset whatever earlier tasks did.
     """
-    return tuple((module, name, value) for var, module, name in located
-                 if (value := var.get(_MISSING)) is not _MISSING)
+    out = []
+    for var, module, name in located:
+        value = var.get(_MISSING)
+        if value is not _MISSING:
+            out.append((module, name, value))
+    return tuple(out)
 
 
 def explain(sent: object) -> NotShareableError | None:
