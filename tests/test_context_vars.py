@@ -85,12 +85,8 @@ async def test_map_and_submit_copy_the_callers_values():
 
 
 async def test_no_context_vars_configured_sends_nothing():
-    request_id.set("in main only")
-    try:
-        async with asi.InterpreterPool(1) as pool:
-            assert await pool.run(ctxfuncs.read) == (UNSET, "no-trace", UNSET)
-    finally:
-        request_id.set(UNSET)
+    async with asi.InterpreterPool(1) as pool:
+        assert await run_with(pool, "in main only") == (UNSET, "no-trace", UNSET)
 
 
 @needs_313
@@ -146,6 +142,8 @@ def test_a_variable_instead_of_a_list():
 
 
 def test_not_a_context_var():
+    with pytest.raises(TypeError, match="not names: got the string 'request_id'"):
+        asi.InterpreterPool(1, context_vars="request_id")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"must contain contextvars\.ContextVar objects, got str"):
         asi.Interpreter(context_vars=["request_id"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"must be a list of contextvars\.ContextVar, got int"):

@@ -43,6 +43,10 @@ def locate(context_vars: Iterable[contextvars.ContextVar[Any]] | None, owner: st
         raise TypeError(
             f"{owner}(context_vars=...) takes a list of context variables, got the variable "
             f"{context_vars.name!r} itself: write context_vars=[{context_vars.name}]")
+    if isinstance(context_vars, str):
+        raise TypeError(
+            f"{owner}(context_vars=...) takes the contextvars.ContextVar objects themselves, "
+            f"not names: got the string {context_vars!r}")
     try:
         given = list(context_vars)
     except TypeError:
