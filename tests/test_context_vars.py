@@ -133,6 +133,40 @@ async def test_executor_under_to_thread():
         executor.shutdown()
 
 
+async def test_process_pool():
+    async with asi.ProcessPool(1, context_vars=VARS) as pool:
+        assert await run_with(pool, "p-1") == ("p-1", "no-trace", UNSET)
+        assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
+        assert await run_with(pool, "p-2", ctxfuncs.set_and_read, "mine") == (
+            "mine", "no-trace", UNSET)
+        assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
+        # Coroutines run in worker processes on 3.12 too.
+        assert await run_with(pool, "p-3", ctxfuncs.aread) == ("p-3", "no-trace", UNSET)
+        assert await run_with(pool, None, ctxfuncs.aread) == (UNSET, "no-trace", UNSET)
+
+
+async def test_process_pool_errors(monkeypatch):
+    with pytest.raises(asi.NotShareableError, match=r"ProcessPool\(context_vars=...\)"):
+        asi.ProcessPool(1, context_vars=[contextvars.ContextVar("local_var")])
+    # Set on the module in this process only: a worker process imports it without.
+    added = contextvars.ContextVar("added_here")
+    monkeypatch.setattr(ctxfuncs, "added_here", added, raising=False)
+    async with asi.ProcessPool(1, context_vars=[request_id, added]) as pool:
+        async def unpicklable():
+            request_id.set(threading.Lock())  # type: ignore[arg-type]
+            return pool.submit(ctxfuncs.read)
+        with pytest.raises(asi.NotShareableError, match=r"ctxfuncs\.request_id .* it is a lock"):
+            await asyncio.create_task(unpicklable())
+
+        async def missing():
+            added.set("x")
+            return await pool.run(ctxfuncs.read)
+        with pytest.raises(RuntimeError, match=r"ctxfuncs\.added_here .* could not be found "
+                                               "in this worker: AttributeError"):
+            await asyncio.create_task(missing())
+        assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
+
+
 # -- errors --------------------------------------------------------------------------
 
 
@@ -191,7 +225,7 @@ async def test_a_variable_that_is_something_else_in_the_worker():
             ctxfuncs.not_a_var_in_workers.set("x")  # type: ignore[attr-defined]
             return await pool.run(ctxfuncs.read)
         with pytest.raises(TypeError, match=r"ctxfuncs\.not_a_var_in_workers .* is a str in "
-                                            r"this interpreter, not a contextvars\.ContextVar"):
+                                            r"this worker, not a contextvars\.ContextVar"):
             await asyncio.create_task(call())
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
 
@@ -203,7 +237,7 @@ async def test_a_variable_missing_in_the_worker():
             ctxfuncs.only_in_main.set("x")
             return await pool.run(ctxfuncs.read)
         with pytest.raises(RuntimeError, match=r"ctxfuncs\.only_in_main .* could not be found "
-                                               "in this interpreter: AttributeError"):
+                                               "in this worker: AttributeError"):
             await asyncio.create_task(call())
         # What was set before the failure was reset.
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)

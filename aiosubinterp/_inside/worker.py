@@ -50,8 +50,8 @@ def _import_module(name: str) -> object:
     __import__(name)
     return sys.modules[name]
 
-__all__ = ["Runner", "coroutine_refusal", "coroutines_supported", "describe_exception",
-           "load_contextvars", "task_id_var"]
+__all__ = ["Runner", "context_var", "coroutine_refusal", "coroutines_supported",
+           "describe_exception", "load_contextvars", "task_id_var"]
 
 JOB_CALL = 1
 JOB_EXEC = 2
@@ -77,6 +77,33 @@ def load_contextvars() -> "Any":
         _ContextVar, _copy_context = ContextVar, copy_context
         task_id_var = ContextVar("aiosubinterp.task_id", default=None)
     return task_id_var
+
+
+def context_var(resolve: "Any", module: str, name: str) -> "Any":
+    """This worker's own ContextVar ``module.name`` (resolve imports and caches it).
+
+    Interpreter and process workers alike; a clear error when it is missing
+    or is something else here.
+    """
+    load_contextvars()
+    where = f"{module}.{name}"
+    try:
+        var = resolve(module, name)
+    except BaseException as exc:
+        refused = refusal_from(exc) if isinstance(exc, ImportError) else None
+        raise RuntimeError(
+            f"the context variable {where} (in the pool's context_vars) could not be found "
+            f"in this worker: {type(exc).__name__}: {refused or exc}. A context variable "
+            "crosses by module and name: keep it at the top level of a module that imports "
+            "cleanly in a worker."
+        ) from exc
+    if type(var) is not _ContextVar:
+        raise TypeError(
+            f"the context variable {where} (in the pool's context_vars) is a "
+            f"{type(var).__name__} in this worker, not a contextvars.ContextVar: the module "
+            "must define it the same way in every interpreter and process."
+        )
+    return var
 
 
 def _type_name(exc: BaseException) -> str:
@@ -363,28 +390,7 @@ class Runner:
         if tid:
             task_id_var.set(tid)
         for module, name, value in context:  # type: ignore[attr-defined]
-            self._context_var(module, name).set(value)
-
-    def _context_var(self, module: str, name: str) -> "Any":
-        """This interpreter's own ContextVar ``module.name`` (imported on first use)."""
-        where = f"{module}.{name}"
-        try:
-            var = self.resolve(module, name)
-        except BaseException as exc:
-            refused = refusal_from(exc) if isinstance(exc, ImportError) else None
-            raise RuntimeError(
-                f"the context variable {where} (in the pool's context_vars) could not be found "
-                f"in this interpreter: {type(exc).__name__}: {refused or exc}. A context "
-                "variable crosses by module and name: keep it at the top level of a module "
-                "that imports cleanly in an interpreter."
-            ) from exc
-        if type(var) is not _ContextVar:
-            raise TypeError(
-                f"the context variable {where} (in the pool's context_vars) is a "
-                f"{type(var).__name__} in this interpreter, not a contextvars.ContextVar: "
-                "the module must define it the same way in every interpreter."
-            )
-        return var  # type: ignore[return-value]
+            context_var(self.resolve, module, name).set(value)
 
     def run(self, kind: int, payload: object, session: bool = True) -> object:
         """Called by C for the dispatched job: its value, or raises its error.

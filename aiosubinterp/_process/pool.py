@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import itertools
 import os
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 
 from aiosubinterp import _core
 from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine.task import Task
@@ -142,6 +144,9 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         max_tasks_per_worker: replace a worker process after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop after its
             KeyboardInterrupt before its process is killed and replaced.
+        context_vars: ``contextvars.ContextVar`` objects whose values in the
+            caller's context at ``submit()`` hold in the worker process for
+            that task (see InterpreterPool; they cross by pickle).
 
     Workers are fresh Python processes (like multiprocessing's "spawn", never
     a fork of this process: forking next to live interpreters kills the
@@ -168,11 +173,13 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         initargs: tuple[Any, ...] = (),
         max_tasks_per_worker: int | None = None,
         cancel_grace: float = 1.0,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         super().__init__(
             _lifecycle.default_size() if size is None else size, preload=preload,
             initializer=initializer, initargs=initargs, max_tasks=max_tasks_per_worker,
             max_tasks_name="max_tasks_per_worker", cancel_grace=cancel_grace)
+        self._context = _context.locate(context_vars, "ProcessPool")
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued: dict[int, _Job] = {}
         self._running: dict[int, _Job] = {}
@@ -316,6 +323,8 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         loop = _loop.running_loop("ProcessPool.submit()")
         self._check_open()
         payload = _marshal.call_payload(fn, args, kwargs)
+        if self._context:
+            payload = (*payload, _context.values(self._context))
         keys: list[int] = []
         try:
             body, fds = _procwire.encode(payload, lambda end: self._share_end(end, keys))
@@ -324,6 +333,10 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 self._close_key(key)
             if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
                 raise
+            if len(payload) > 4:
+                found = _context.explain(payload[4])
+                if found is not None:
+                    raise found from exc
             raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         tid = _lifecycle.next_task_id()
