@@ -67,6 +67,9 @@
 #                       job asked to stop? (a wake byte may be stale.) Runner
 #                       then cancels its asyncio task and turns the resulting
 #                       CancelledError into KeyboardInterrupt.
+#   _worker_current_task(handle)       [Python -> C] -> int: the dispatched
+#                       job's task id (0: none); Runner.run() reads it to set
+#                       the task-id context variable when it tracks task ids.
 #
 # Sessions (concurrency > 1, runner.run() got a coroutine: Runner.serve):
 #   _worker_session_begin(handle, fd)  [Python -> C] -> tid: the dispatched job
@@ -793,6 +796,19 @@ def _worker_cancel_requested(Py_ssize_t handle):
     hit = w.cancel_tid != 0 and w.cancel_tid == w.current_tid
     pthread_mutex_unlock(&w.q.mu)
     return hit
+
+
+def _worker_current_task(Py_ssize_t handle):
+    """Worker side: the task id of the job dispatched to the C loop now (0: none).
+
+    Runner.run() asks it for the task-id context variable (log records'
+    ``task_id``); a session's jobs carry their ids in _worker_take()."""
+    cdef WorkerState* w = own_worker(handle)
+    cdef uint64_t tid
+    pthread_mutex_lock(&w.q.mu)
+    tid = w.current_tid
+    pthread_mutex_unlock(&w.q.mu)
+    return tid
 
 
 def _worker_main(Py_ssize_t handle):

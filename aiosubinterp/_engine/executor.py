@@ -26,6 +26,7 @@ from concurrent.futures import _base
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
+from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import fallback as _fallback
 from aiosubinterp._engine import futures as _futures
 from aiosubinterp._engine import hub as _loop
@@ -113,6 +114,7 @@ class _ExecutorEngine(_pool._Engine):
     """
 
     _kind = "interpreter pool executor"
+    _public_name = "InterpreterPoolExecutor"
 
     def __init__(self, size: int, *, thread_name_prefix: str,
                  initializer: Callable[..., object] | None, **kwargs: Any) -> None:
@@ -344,6 +346,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         fallback: None (default) or ``"copy"``: each interpreter loads a
             private copy of an extension module that refuses interpreters,
             where its binaries allow it (see InterpreterPool). Keyword-only.
+        context_vars: ``contextvars.ContextVar`` objects whose values in the
+            context that calls ``submit()`` (or ``map()``, ``run_in_executor``,
+            ``asyncio.to_thread``) hold in the interpreter for that call (see
+            InterpreterPool). Keyword-only.
 
     The whole ``concurrent.futures`` contract: ``submit`` returns a
     ``Future``; ``map`` (with ``timeout``, ``chunksize`` and ``buffersize``);
@@ -359,7 +365,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
     ``loop.run_in_executor(executor, fn, *args)`` and as a loop's default
     executor (``loop.set_default_executor``); then ``asyncio.to_thread(fn,
     ...)`` runs fn in an interpreter too, without the caller's context
-    variables, which cannot cross interpreters.
+    variables (a Context cannot cross interpreters), except those named in
+    ``context_vars``.
 
     Functions cross by reference (module and name) and must be module-level
     functions, builtins, picklable callables, or functions defined inside
@@ -389,6 +396,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         thread_name_prefix: str = "",
         forward_logging: bool = True,
         fallback: str | None = None,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         if max_workers is None:
             max_workers = _lifecycle.default_size()
@@ -421,6 +429,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             max_tasks_per_interpreter=max_tasks_per_interpreter,
             forward_logging=forward_logging,
             private_copies=_fallback.copies_only(fallback, "InterpreterPoolExecutor"),
+            context_vars=context_vars,
         )
         self._lock = threading.Lock()
         self._shutdown = False
@@ -492,6 +501,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
         payload = _marshal.call_payload(fn, args, kwargs, nested=True)
         engine = self._engine
+        if engine._context:
+            payload = (*payload, _context.values(engine._context))
         if self._shutdown or _global_shutdown or engine._broken is not None:
             self._check()
         owner = self._completions or self._start()
@@ -521,6 +532,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 raise RuntimeError("cannot schedule new futures after shutdown") from None
             if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
                 raise
+            if len(payload) > 4:
+                error = _context.explain(payload[4])
+                if error is not None:
+                    raise error from exc
             raise _marshal.explain_unshareable(fn, args, kwargs, exc, nested=True) from exc
         engine._submitted += 1
         return fut

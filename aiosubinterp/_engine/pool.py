@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 from aiosubinterp import _core, _quirks
 from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import copies as _copies
 from aiosubinterp._engine import fallback as _procfallback
 from aiosubinterp._engine import hub as _loop
@@ -88,6 +90,7 @@ class _Engine(_lifecycle.Lifecycle):
         idle_spin: float | None = None,
         forward_logging: bool = True,
         private_copies: bool = False,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         super().__init__(size, preload=preload, initializer=initializer, initargs=initargs,
                          max_tasks=max_tasks_per_interpreter,
@@ -113,6 +116,8 @@ class _Engine(_lifecycle.Lifecycle):
             raise TypeError(f"forward_logging must be True or False, got {forward_logging!r}")
         if concurrency_per_interpreter > 1 and not coroutines_supported():
             raise RuntimeError(coroutine_refusal("coroutines (concurrency_per_interpreter > 1)"))
+        # Found once here; each submit reads their values (aiosubinterp._engine.context).
+        self._context = _context.locate(context_vars, self._public_name)
         self._replace_stuck = replace_stuck
         self._queue = _core.Queue(_spin_seconds() if idle_spin is None else float(idle_spin))
         self._workers: dict[int, _core.Worker] = {}
@@ -135,6 +140,8 @@ class _Engine(_lifecycle.Lifecycle):
         # pool.profile() (aiosubinterp._engine.profiling): jobs go through it while set.
         self._profile: _profiling.Profile | None = None
         _profiling.join_process_profile(self)
+
+    _public_name = "InterpreterPool"  # in messages: who was given a bad argument
 
     # -- log forwarding (aiosubinterp._engine.logs) ------------------------------
 
@@ -332,17 +339,11 @@ class _Engine(_lifecycle.Lifecycle):
                 self._check_open()
                 raise
             # Otherwise encoding failed (a __reduce__ that raises RuntimeError).
-            if fn is None:
-                raise NotShareableError("cannot send the source text to an interpreter: "
-                                        f"{exc}") from exc
-            raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
+            raise self._unshareable(payload, fn, args, kwargs, exc) from exc
         except (NotShareableError, MemoryError):
             raise
         except Exception as exc:
-            if fn is None:
-                raise NotShareableError("cannot send the source text to an interpreter: "
-                                        f"{exc}") from exc
-            raise _marshal.explain_unshareable(fn, args, kwargs or {}, exc) from exc
+            raise self._unshareable(payload, fn, args, kwargs, exc) from exc
         task = Task(loop, self, tid, name, hub)
         hub.pending[tid] = task
         if self._tasks is not None:
@@ -352,11 +353,25 @@ class _Engine(_lifecycle.Lifecycle):
             self._ensure_started()
         return task
 
+    @staticmethod
+    def _unshareable(payload: object, fn: object, args: tuple[Any, ...],
+                     kwargs: dict[str, Any] | None, exc: BaseException) -> NotShareableError:
+        """The error for a job that would not encode: name the part that cannot cross."""
+        if fn is None:
+            return NotShareableError(f"cannot send the source text to an interpreter: {exc}")
+        if type(payload) is tuple and len(payload) > 4:  # context values (see _submit_here)
+            found = _context.explain(payload[4])
+            if found is not None:
+                return found
+        error: NotShareableError = _marshal.explain_unshareable(fn, args, kwargs or {}, exc)
+        return error
+
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.
 
         fn crosses by reference (module and name) and must be a module-level
-        function, a builtin, or a picklable callable; arguments cross by copy.
+        function, a builtin, or a picklable callable; arguments cross by copy,
+        and so do the values of the ``context_vars`` set in the caller's context.
         Raises NotShareableError here, before anything is queued, if they cannot.
         """
         return self._submit_here(fn, args, kwargs)
@@ -386,6 +401,8 @@ class _Engine(_lifecycle.Lifecycle):
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
         payload = _marshal.call_payload(fn, args, kwargs)
+        if self._context:
+            payload = (*payload, _context.values(self._context))
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
 
@@ -562,9 +579,20 @@ class InterpreterPool(_Engine):
             initializer, or on the logger that logs) keeps them, and its
             records are not forwarded. If main falls behind, at most 10,000
             records wait; later ones are dropped and counted, and the count is
-            logged once as a warning of logger ``aiosubinterp``. False:
+            logged once as a warning of logger ``aiosubinterp``. A record
+            logged by a task also carries ``task_id`` (its ``Task.id``; None
+            outside a task). False:
             workers log as plain interpreters do (to stderr through logging's
             last-resort handler unless they configure logging).
+        context_vars: ``contextvars.ContextVar`` objects (a request id, a
+            trace id) whose values in the caller's context at ``submit()``
+            (``run()``, ``map()``) hold in the worker for that task, and are
+            reset after it (plain and ``async def`` functions alike). Each
+            must be a global of a module (found once, here): a worker sets
+            its own variable of that module and name, and its value crosses
+            by copy like an argument (NotShareableError at submit if it
+            cannot). A variable the caller has not set stays unset (at its
+            default) in the worker. Not with ``fallback="process"``.
 
     Each interpreter runs one task at a time (or up to
     ``concurrency_per_interpreter`` coroutines); tasks are taken from one
@@ -588,8 +616,14 @@ class InterpreterPool(_Engine):
         idle_spin: float | None = None,
         fallback: str | tuple[str, ...] | None = None,
         forward_logging: bool = True,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
+        if context_vars is not None and "process" in _procfallback.parse(fallback):
+            raise ValueError(
+                "InterpreterPool(context_vars=...) cannot be combined with fallback='process' "
+                "yet: the worker processes would run the calls without the context variables. "
+                "Use fallback=None or 'copy', or pass the values as arguments.")
         # fallback="process": a ProcessPool for what interpreters refuse
         # (aiosubinterp._engine.fallback).
         self._fallback = _procfallback.make(
@@ -608,6 +642,7 @@ class InterpreterPool(_Engine):
             forward_logging=forward_logging,
             private_copies=_procfallback.wants_copies(_procfallback.parse(fallback),
                                                       "InterpreterPool"),
+            context_vars=context_vars,
         )
         router = self._fallback
         if router is not None:
@@ -653,6 +688,7 @@ class Interpreter(_Engine):
     """
 
     _kind = "interpreter"
+    _public_name = "Interpreter"
 
     def __init__(
         self,
@@ -662,12 +698,14 @@ class Interpreter(_Engine):
         initargs: tuple[Any, ...] = (),
         forward_logging: bool = True,
         fallback: str | None = None,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
-        """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging;
-        fallback: None or ``"copy"``)."""
+        """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging,
+        context_vars; fallback: None or ``"copy"``). ``exec()`` carries no context variables."""
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
                          replace_stuck=False, forward_logging=forward_logging,
-                         private_copies=_procfallback.copies_only(fallback, "Interpreter"))
+                         private_copies=_procfallback.copies_only(fallback, "Interpreter"),
+                         context_vars=context_vars)
         self._tasks = weakref.WeakValueDictionary()
 
     def _worker(self) -> _core.Worker | None:

@@ -38,7 +38,7 @@ __all__ = ["OUTPUT", "RECORD_FIELDS", "WARNING", "Forwarder"]
 RECORD_FIELDS = (
     "name", "levelno", "levelname", "msg", "created", "msecs", "pathname", "filename",
     "module", "lineno", "funcName", "exc_text", "stack_info", "thread", "threadName",
-    "process", "interpreter_id",
+    "process", "interpreter_id", "task_id",
 )
 _NATIVE = (str, int, float, bool, type(None))
 WARNING = "warning"  # first item of a forwarded warning (a record's is its logger name)
@@ -72,6 +72,7 @@ class Forwarder:
         self._output = 0  # bit 1: stdout forwarded, bit 2: stderr
         self._streams: dict[str, _Output] = {}
         self.pending = True  # not installed yet (logging not imported, or not decided)
+        self.forwarding = False  # the handler is installed: records go to main
 
     def install_warnings(self) -> None:
         """Send this worker's warnings to main; called once, after the initializer.
@@ -168,6 +169,7 @@ class Forwarder:
             logging.disable(self._disable)  # type: ignore[arg-type]
         self._handler = _handler_class(logging)(self._send)
         root.addHandler(self._handler)
+        self.forwarding = True
 
     def shutdown(self) -> None:
         """The worker stops: report drops not reported yet; close this worker's end."""
@@ -175,6 +177,7 @@ class Forwarder:
             stream.last_flush()
         self.set_output(0)  # the worker's own streams again
         handler, self._handler = self._handler, None
+        self.forwarding = False
         dropped = self._warnings_dropped
         if handler is not None:
             import logging
@@ -271,6 +274,9 @@ def _handler_class(logging: "Any") -> "Any":
         return _class
     standard = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
     formatter = logging.Formatter()
+    from aiosubinterp._inside.worker import load_contextvars
+
+    current_task = load_contextvars().get
     interp_id = _core.current_interpreter_id()
     done = _core.CHAN_DONE
     wouldblock = _core.CHAN_WOULDBLOCK
@@ -308,7 +314,7 @@ def _handler_class(logging: "Any") -> "Any":
                     record.msecs, record.pathname, record.filename, record.module,
                     record.lineno, record.funcName, exc_text or None, record.stack_info,
                     record.thread, record.threadName, record.process, interp_id,
-                    extras, self.dropped,
+                    current_task(), extras, self.dropped,
                 )
                 status = self.send._send_nowait(item)
             except Exception:  # noqa: BLE001 - logging's own rule: report, never raise

@@ -17,6 +17,7 @@ from aiosubinterp._inside import marshal as _marshal
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import types
+    from typing import Any
 
 
 async def _coroutine_function() -> None:
@@ -49,10 +50,60 @@ def _import_module(name: str) -> object:
     __import__(name)
     return sys.modules[name]
 
-__all__ = ["Runner", "coroutine_refusal", "coroutines_supported", "describe_exception"]
+__all__ = ["Runner", "context_var", "coroutine_refusal", "coroutines_supported",
+           "describe_exception", "load_contextvars", "task_id_var"]
 
 JOB_CALL = 1
 JOB_EXEC = 2
+
+# The ContextVar holding the id of the task running in this context (Task.id in
+# main), or None. Set by Runner for a task's duration while log records are
+# forwarded (their ``task_id``) or the pool has context_vars; a coroutine
+# task's asyncio task copies it, so concurrent coroutines each see their own.
+# Made on first use (load_contextvars): a worker that needs neither does not
+# even import _contextvars.
+task_id_var: "Any" = None
+_ContextVar: "Any" = None
+_copy_context: "Any" = None
+
+
+def load_contextvars() -> "Any":
+    """task_id_var, made (with what Runner needs of _contextvars) on first use."""
+    global task_id_var, _ContextVar, _copy_context
+    if task_id_var is None:
+        # The builtin module itself: `contextvars` only re-exports it.
+        from _contextvars import ContextVar, copy_context
+
+        _ContextVar, _copy_context = ContextVar, copy_context
+        task_id_var = ContextVar("aiosubinterp.task_id", default=None)
+    return task_id_var
+
+
+def context_var(resolve: "Any", module: str, name: str) -> "Any":
+    """This worker's own ContextVar ``module.name`` (resolve imports and caches it).
+
+    Interpreter and process workers alike; a clear error when it is missing
+    or is something else here.
+    """
+    load_contextvars()
+    where = f"{module}.{name}"
+    try:
+        var = resolve(module, name)
+    except BaseException as exc:
+        refused = refusal_from(exc) if isinstance(exc, ImportError) else None
+        raise RuntimeError(
+            f"the context variable {where} (in the pool's context_vars) could not be found "
+            f"in this worker: {type(exc).__name__}: {refused or exc}. A context variable "
+            "crosses by module and name: keep it at the top level of a module that imports "
+            "cleanly in a worker."
+        ) from exc
+    if type(var) is not _ContextVar:
+        raise TypeError(
+            f"the context variable {where} (in the pool's context_vars) is a "
+            f"{type(var).__name__} in this worker, not a contextvars.ContextVar: the module "
+            "must define it the same way in every interpreter and process."
+        )
+    return var
 
 
 def _type_name(exc: BaseException) -> str:
@@ -214,6 +265,10 @@ class Runner:
         self._session_done = None  # future the loop runs until, while serving
         self._main_ref = main_ref
         self._main_module = None
+        # While run() runs a job: (task id, token of task_id_var), or the context
+        # the job's own was copied from (context_vars), for _event_loop().
+        self._token: object = None
+        self._outside: object = None
         self._functions: dict[tuple[str, str], object] = {}
         self._namespace = sys.modules["__main__"].__dict__
         self._logs = None
@@ -305,16 +360,37 @@ class Runner:
         return fn
 
     def target(self, kind: int, payload: object) -> tuple[object, ...]:
-        """(callable, args, kwargs) for a job."""
+        """(callable, args, kwargs, context values or None) for a job.
+
+        A call's payload is (module, target, args, kwargs[, context]): context
+        is ((module, name, value), ...) for each of the pool's ``context_vars``
+        set in the caller when it submitted (aiosubinterp._engine.context).
+        """
         if kind == JOB_CALL:
-            module, target, args, kw = payload
+            if len(payload) == 4:  # type: ignore[arg-type]
+                module, target, args, kw = payload  # type: ignore[misc]
+                context = None
+            else:
+                module, target, args, kw, context = payload  # type: ignore[misc]
             fn = (self.resolve(module, target) if module is not None
                   else _marshal.callable_target(target))
-            return fn, args, dict(kw) if kw else None
+            return fn, args, dict(kw) if kw else None, context
         if kind == JOB_EXEC:
             code = compile(payload, "<aiosubinterp exec>", "exec")
-            return exec, (code, self._namespace), None
+            return exec, (code, self._namespace), None, None
         raise ValueError(f"aiosubinterp: unknown job kind {kind}")
+
+    def _tracks_tasks(self) -> bool:
+        """Whether jobs set task_id_var: while records are forwarded to main."""
+        logs = self._logs
+        return logs is not None and logs.forwarding
+
+    def _set_context(self, context: object, tid: int) -> None:
+        """In a job's own context: task_id_var and each variable the caller had set."""
+        if tid:
+            task_id_var.set(tid)
+        for module, name, value in context:  # type: ignore[attr-defined]
+            context_var(self.resolve, module, name).set(value)
 
     def run(self, kind: int, payload: object, session: bool = True) -> object:
         """Called by C for the dispatched job: its value, or raises its error.
@@ -323,10 +399,37 @@ class Runner:
         initializer), or opens a session that posts the job itself and
         returns None (concurrency > 1).
         """
-        fn, args, kw = self.target(kind, payload)
+        fn, args, kw, context = self.target(kind, payload)
         logs = self._logs
         if logs is not None and logs.pending and session:  # not for the initializer
             logs.maybe_install()
+        if context is None and (logs is None or not logs.forwarding):
+            return self._call(fn, args, kw, session)
+        tid = _core._worker_current_task(self._handle) if self._handle else 0
+        if task_id_var is None:
+            load_contextvars()
+        if context is None:  # only the task id: set, and reset after
+            self._token = (tid or None, task_id_var.set(tid or None))
+            try:
+                return self._call(fn, args, kw, session)
+            finally:
+                entered, self._token = self._token, None
+                task_id_var.reset(entered[1])  # type: ignore[index]
+        # context_vars: the job runs in a copy of this context, as an asyncio
+        # task does, so whatever it sets (the caller's values, its own) is
+        # gone after it, and a variable the caller had not set is unset here.
+        outside = self._outside = _copy_context()
+        try:
+            return outside.copy().run(self._call_in, context, tid, fn, args, kw, session)
+        finally:
+            self._outside = None
+
+    def _call_in(self, context: object, tid: int, fn, args, kw, session: bool) -> object:
+        self._set_context(context, tid)
+        return self._call(fn, args, kw, session)
+
+    def _call(self, fn, args, kw, session: bool) -> object:
+        """run()'s call: fn's value, or its coroutine run here (or in a session)."""
         try:
             result = fn(*args, **kw) if kw else fn(*args)
         except ImportError as exc:
@@ -352,7 +455,21 @@ class Runner:
             os.set_blocking(rfd, False)
             os.set_blocking(wfd, False)
             self._loop, self._wake = loop, (rfd, wfd)
-            loop.add_reader(rfd, self._on_wake)
+            # The reader's callback runs in a copy of the context current
+            # here, for the loop's whole life: not in the one of the job that
+            # happens to make the loop (a session's later jobs take theirs).
+            outside, entered = self._outside, self._token
+            if outside is not None:
+                outside.run(loop.add_reader, rfd, self._on_wake)  # type: ignore[attr-defined]
+            else:
+                if entered is not None:
+                    task_id_var.reset(entered[1])  # type: ignore[index]
+                try:
+                    loop.add_reader(rfd, self._on_wake)
+                finally:
+                    if entered is not None:
+                        tid = entered[0]  # type: ignore[index]
+                        self._token = (tid, task_id_var.set(tid))
         return loop
 
     # -- sessions: several coroutine jobs at once (concurrency > 1) ------------
@@ -424,21 +541,48 @@ class Runner:
             self._complete(tid, payload, None, False)
             return
         try:
-            fn, args, kw = self.target(kind, payload)
+            fn, args, kw, context = self.target(kind, payload)
             if self._logs is not None and self._logs.pending:
                 self._logs.maybe_install()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            self._failed(tid, exc)
+            return
+        if context is not None:
+            # In a copy of the context outside the session's first job (run()
+            # is still running it): this may run in a job's done-callback.
+            if task_id_var is None:
+                load_contextvars()
+            base = self._outside if self._outside is not None else _copy_context()
+            base.copy().run(self._take_call, tid, fn, args, kw, context)  # type: ignore[attr-defined]
+        elif self._tracks_tasks():
+            var = task_id_var or load_contextvars()
+            token = var.set(tid)
+            try:
+                self._take_call(tid, fn, args, kw, None)
+            finally:
+                var.reset(token)
+        else:
+            self._take_call(tid, fn, args, kw, None)
+
+    def _take_call(self, tid: int, fn, args, kw, context: object) -> None:
+        try:
+            if context is not None:
+                self._set_context(context, tid)
             result = _core._worker_call_guarded(self._handle, tid, fn, args, kw)
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
-            refused = refusal_from(exc) if isinstance(exc, ImportError) else None
-            if refused is not None:
-                refused.__cause__ = exc
-                exc = refused
-            self._complete(tid, exc, None, isinstance(exc, KeyboardInterrupt))
+            self._failed(tid, exc)
             return
         if type(result) is _CoroutineType:
-            self._start(tid, result)
+            self._start(tid, result)  # its asyncio task copies this context
         else:
             self._complete(tid, None, result, False)
+
+    def _failed(self, tid: int, exc: BaseException) -> None:
+        refused = refusal_from(exc) if isinstance(exc, ImportError) else None
+        if refused is not None:
+            refused.__cause__ = exc
+            exc = refused
+        self._complete(tid, exc, None, isinstance(exc, KeyboardInterrupt))
 
     def run_coroutine(self, coro: "types.CoroutineType[object, object, object]") -> object:
         """Run coro on this worker's event loop until it finishes; cancellable from main."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import itertools
 import os
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 from aiosubinterp import _core
 from aiosubinterp._engine import admin as _admin
+from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import hub as _loop
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
@@ -152,6 +154,9 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             and, while this process's ``sys.stdout``/``sys.stderr`` are
             replaced, their output is written there, as for InterpreterPool.
             False: they log, warn and write as plain processes do.
+        context_vars: ``contextvars.ContextVar`` objects whose values in the
+            caller's context at ``submit()`` hold in the worker process for
+            that task (see InterpreterPool; they cross by pickle).
 
     Workers are fresh Python processes (like multiprocessing's "spawn", never
     a fork of this process: forking next to live interpreters kills the
@@ -179,6 +184,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         max_tasks_per_worker: int | None = None,
         cancel_grace: float = 1.0,
         forward_logging: bool = True,
+        context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         if not isinstance(forward_logging, bool):
             raise TypeError(f"forward_logging must be True or False, got {forward_logging!r}")
@@ -186,6 +192,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             _lifecycle.default_size() if size is None else size, preload=preload,
             initializer=initializer, initargs=initargs, max_tasks=max_tasks_per_worker,
             max_tasks_name="max_tasks_per_worker", cancel_grace=cancel_grace)
+        self._context = _context.locate(context_vars, "ProcessPool")
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued: dict[int, _Job] = {}
         self._running: dict[int, _Job] = {}
@@ -339,6 +346,8 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         loop = _loop.running_loop("ProcessPool.submit()")
         self._check_open()
         payload = _marshal.call_payload(fn, args, kwargs)
+        if self._context:
+            payload = (*payload, _context.values(self._context))
         keys: list[int] = []
         try:
             body, fds = _procwire.encode(payload, lambda end: self._share_end(end, keys))
@@ -347,6 +356,10 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 self._close_key(key)
             if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
                 raise
+            if len(payload) > 4:
+                found = _context.explain(payload[4])
+                if found is not None:
+                    raise found from exc
             raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         tid = _lifecycle.next_task_id()

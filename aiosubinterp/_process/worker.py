@@ -179,6 +179,11 @@ class _State:
         return fn
 
     def call(self, payload: tuple[Any, ...], task: bool = True) -> object:
+        if len(payload) > 4:
+            # context_vars: in a copy of this context, as in interpreter workers.
+            import contextvars
+
+            return contextvars.copy_context().run(self._call_in, payload, task)
         module, target, args, kw = payload
         fn = (self.resolve(module, target) if module is not None
               else _marshal.callable_target(target))
@@ -188,6 +193,13 @@ class _State:
         if type(result) is types.CoroutineType:
             return self.run_coroutine(result)
         return result
+
+    def _call_in(self, payload: tuple[Any, ...], task: bool) -> object:
+        from aiosubinterp._inside.worker import context_var
+
+        for module, name, value in payload[4]:
+            context_var(self.resolve, module, name).set(value)
+        return self.call(payload[:4], task)
 
     def run_coroutine(self, coro: types.CoroutineType[Any, Any, Any]) -> object:
         import asyncio
