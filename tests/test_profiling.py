@@ -53,6 +53,26 @@ async def test_merged_and_per_interpreter_counts():
 
 
 @needs_313
+async def test_context_vars_hold_in_profiled_tasks():
+    # The pool's context_vars travel with the profiled call: the task sees the
+    # caller's values, plain and async, and is counted.
+    import ctxfuncs
+
+    async with asi.InterpreterPool(2, context_vars=[ctxfuncs.request_id]) as pool:
+        token = ctxfuncs.request_id.set("r-prof")
+        try:
+            async with pool.profile() as prof:
+                assert (await pool.run(ctxfuncs.read))[0] == "r-prof"
+                assert (await pool.run(ctxfuncs.aread))[0] == "r-prof"
+        finally:
+            ctxfuncs.request_id.reset(token)
+        assert (await pool.run(ctxfuncs.read))[0] == "<unset>"
+    raw = prof.stats().stats  # type: ignore[attr-defined]
+    assert calls(raw, "aread", ctxfuncs) >= 1  # cProfile counts each resumption
+    assert calls(raw, "read", ctxfuncs) == 2  # once itself, once from aread
+
+
+@needs_313
 async def test_off_after_the_block_and_again_on():
     async with asi.InterpreterPool(2) as pool:
         async with pool.profile() as prof:

@@ -146,6 +146,12 @@ class Profile:
             if self._closed:
                 return kind, payload
             self._tasks += 1
+        if kind == _core.JOB_KIND_CALL and len(payload) > 4:  # type: ignore[arg-type]
+            # The pool's context_vars: the worker sets them around the outer
+            # call (run_profiled), and so around the task it runs.
+            inner, context = payload[:4], payload[4]  # type: ignore[index]
+            return _core.JOB_KIND_CALL, (_WORKER_MODULE, _WORKER_FUNCTION,
+                                         (self._send, kind, inner), (), context)
         return _core.JOB_KIND_CALL, (_WORKER_MODULE, _WORKER_FUNCTION,
                                      (self._send, kind, payload), ())
 
