@@ -13,7 +13,7 @@ import pytest
 
 import aiosubinterp as asi
 from aiosubinterp import _quirks
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -224,11 +224,11 @@ async def test_pipe_wakeup_fallback(monkeypatch):
     import workfuncs
 
     monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "pipe")
-    assert _loop.wakeup_mechanism() == "pipe"
+    assert _hub.wakeup_mechanism() == "pipe"
     # A fresh loop gets a hub with the forced mechanism.
     async def body():
         async with asi.InterpreterPool(2) as pool:
-            hub = _loop.hub_for(asyncio.get_running_loop())
+            hub = _hub.hub_for(asyncio.get_running_loop())
             assert hub.core.mechanism == "pipe"
             results = await asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(500)))
             assert results == [i * i for i in range(500)]
@@ -236,7 +236,7 @@ async def test_pipe_wakeup_fallback(monkeypatch):
     await asyncio.get_running_loop().run_in_executor(None, asyncio.run, body())
     monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "bogus")
     with pytest.raises(ValueError, match="AIOSUBINTERP_WAKEUP='bogus'"):
-        _loop.wakeup_mechanism()
+        _hub.wakeup_mechanism()
 
 
 def test_worker_side_modules_do_not_import_asyncio():

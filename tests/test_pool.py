@@ -148,9 +148,9 @@ def test_loop_shutdown_interrupts_abandoned_default_pool_tasks():
 
 
 def _loop_hub():
-    from aiosubinterp._engine import hub as _loop
+    from aiosubinterp._engine import hub as _hub
 
-    return _loop.hub_for(asyncio.get_running_loop())
+    return _hub.hub_for(asyncio.get_running_loop())
 
 
 async def test_close_serves_queued_tasks_even_when_interpreters_retire():

@@ -137,7 +137,8 @@ async def test_failing_cancelled_and_self_profiling_tasks():
             assert "proffuncs.py" in remote and "run_profiled" not in remote
             # One profiler per interpreter: a task that starts its own meanwhile gets
             # CPython's error, as under `python -m cProfile`.
-            with pytest.raises(ValueError, match="Another profiling tool is already active|is already in use"):
+            refusal = r"Another profiling tool is already active|is already in use"
+            with pytest.raises(ValueError, match=refusal):
                 await pool.run(proffuncs.profiles_itself, 10)
             rfd, wfd = os.pipe()
             try:

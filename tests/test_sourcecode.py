@@ -176,3 +176,17 @@ def test_sources_name_no_reference_a_reader_cannot_open():
                 found.append(f"{name}:{lineno}: {line.strip()}")
     assert checked > 100, checked  # the walk found the project
     assert not found, "\n".join(found)
+
+
+def test_modules_are_imported_under_their_own_names():
+    # `from aiosubinterp.X import mod as _mod`: a reader finds the module by the
+    # name the code uses (no `hub as _loop` left over from an older layout).
+    package = EXT.parent / "aiosubinterp"
+    pattern = re.compile(r"from aiosubinterp(?:\.[\w.]+)? import (\w+) as (\w+)")
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            for name, alias in pattern.findall(line):
+                if alias not in (name, "_" + name):
+                    wrong.append(f"{path.relative_to(package.parent)}:{lineno}: {name} as {alias}")
+    assert not wrong, "\n".join(wrong)

@@ -40,18 +40,18 @@ _OWN_RECEIVER = _core.CHAN_OWN_RECEIVER
 
 # Loaded on first async use (never inside a worker interpreter).
 _aio: Any = None
-_loop_mod: Any = None
+_hub_mod: Any = None
 
 
 def _async_env(what: str) -> tuple[Any, Any]:
     """(running loop, its LoopHub); a clear error without a running loop."""
-    global _aio, _loop_mod
-    if _loop_mod is None:
+    global _aio, _hub_mod
+    if _hub_mod is None:
         import asyncio
 
-        from aiosubinterp._engine import hub as _loop
+        from aiosubinterp._engine import hub as _hub
 
-        _aio, _loop_mod = asyncio, _loop
+        _aio, _hub_mod = asyncio, _hub
     try:
         loop = _aio.get_running_loop()
     except RuntimeError:
@@ -60,7 +60,7 @@ def _async_env(what: str) -> tuple[Any, Any]:
             "interpreter, a plain thread) use the blocking form (send_sync / recv_sync / "
             "select_sync) instead"
         ) from None
-    return loop, _loop_mod.hub_for(loop)
+    return loop, _hub_mod.hub_for(loop)
 
 
 def _check_not_on_loop(what: str, instead: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
-from aiosubinterp._channels import ends as _channel
+from aiosubinterp._channels import ends as _ends
 from aiosubinterp._channels.ends import RecvChannel, recv_error
 
 __all__ = ["select", "select_sync"]
@@ -19,7 +19,7 @@ _TIMEOUT = _core.CHAN_TIMEOUT
 _INTERRUPTED = _core.CHAN_INTERRUPTED
 
 
-def _ends(receivers: tuple[Any, ...]) -> tuple[Any, ...]:
+def _ends_of(receivers: tuple[Any, ...]) -> tuple[Any, ...]:
     if not receivers:
         raise TypeError("select() needs at least one receive end")
     for end in receivers:
@@ -63,14 +63,14 @@ async def select(
     Cancellation: atomic, as RecvChannel.recv(): a cancelled select took no
     item (one handed over at the same moment goes back to its channel).
     """
-    ends = _ends(receivers)
+    ends = _ends_of(receivers)
     limit = _timeouts.optional_seconds(timeout)
     status, index, value = _core.select_nowait(ends)
     if status != _WOULDBLOCK:
         return _outcome(ends, status, index, value)
     if limit is not None and limit <= 0:
         raise TimeoutError("select(): nothing was ready (timeout=0)")
-    loop, hub = _channel._async_env("aiosubinterp.select()")
+    loop, hub = _ends._async_env("aiosubinterp.select()")
     op = _core.select_begin(ends, hub.core)
     if op.__class__ is tuple:
         return _outcome(ends, *op)
@@ -99,9 +99,9 @@ def select_sync(*receivers: RecvChannel, timeout: float | None = None) -> tuple[
     Same result and errors as select(); the interpreter's GIL is released
     while waiting. Raises RuntimeError on a thread that runs an event loop.
     """
-    ends = _ends(receivers)
-    _channel._check_not_on_loop("aiosubinterp.select_sync()", "await aiosubinterp.select(...)")
-    deadline = _channel._deadline(timeout)
+    ends = _ends_of(receivers)
+    _ends._check_not_on_loop("aiosubinterp.select_sync()", "await aiosubinterp.select(...)")
+    deadline = _ends._deadline(timeout)
     while True:
         status, index, value = _core.select_wait(ends, deadline)
         if status != _INTERRUPTED:

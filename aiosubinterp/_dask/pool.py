@@ -12,7 +12,7 @@ import dask
 import distributed
 
 from aiosubinterp._dask.executor import stop_frame_sampling
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import ExecutionFailed, NotShareableError, PoolClosedError
@@ -130,7 +130,7 @@ class DaskPool:
         callable, NotShareableError if Dask cannot serialize the call,
         PoolClosedError after close() or once the client closed.
         """
-        loop = _loop.running_loop("DaskPool.submit()")
+        loop = _hub.running_loop("DaskPool.submit()")
         if self._closed:
             raise PoolClosedError("this DaskPool is closed: create a new one to run more work")
         if not callable(fn):
@@ -259,7 +259,7 @@ class DaskPool:
             await asyncio.wait(list(self._cancels))
 
     async def __aenter__(self) -> DaskPool:
-        _loop.running_loop("async with DaskPool(...)")
+        _hub.running_loop("async with DaskPool(...)")
         if self._closed:
             raise PoolClosedError("this DaskPool is closed: create a new one")
         return self

@@ -29,12 +29,12 @@ from aiosubinterp import _core, _timeouts
 from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import fallback as _fallback
 from aiosubinterp._engine import futures as _futures
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import pool as _pool
 from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
 from aiosubinterp._inside import chunks as _chunks
-from aiosubinterp._inside import executor_start as _executor_worker
+from aiosubinterp._inside import executor_start as _executor_start
 from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
@@ -108,7 +108,7 @@ def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
 class _ExecutorEngine(_pool._Engine):
     """The engine, with a synchronous close for the exit hook.
 
-    Each interpreter first runs _executor_worker.start, which names its
+    Each interpreter first runs _executor_start.start, which names its
     thread (as ThreadPoolExecutor names its threads) and then runs the
     user's initializer.
     """
@@ -121,7 +121,7 @@ class _ExecutorEngine(_pool._Engine):
         # A nested initializer that captures nothing crosses as code, as submit()'s calls do.
         super().__init__(size, initializer=_marshal.by_code(initializer) or initializer, **kwargs)
         self._init_payload = _marshal.call_payload(
-            _executor_worker.start, (thread_name_prefix, self._init_payload), {})
+            _executor_start.start, (thread_name_prefix, self._init_payload), {})
 
     def close_here(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
@@ -165,7 +165,7 @@ class _Completions:
         self.engine = engine
         self.queue = engine._queue
         self.pending: dict[int, _futures.Future] = {}
-        self.hub = _core.Hub(use_pipe=_loop.wakeup_mechanism() == "pipe")
+        self.hub = _core.Hub(use_pipe=_hub.wakeup_mechanism() == "pipe")
         # The hub's fd says "completions"; this pipe says "the engine closed,
         # every completion has been posted": drain once more and exit.
         self._wake_r, self._wake_w = os.pipe()

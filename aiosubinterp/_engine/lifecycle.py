@@ -37,7 +37,7 @@ from typing import Any, Self, cast
 
 from aiosubinterp import _core, _quirks, _timeouts
 from aiosubinterp._engine import admin as _admin
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import BrokenPoolError, PoolClosedError
 from aiosubinterp._inside import marshal as _marshal
@@ -225,7 +225,7 @@ class Lifecycle:
 
         Cancellation: the workers keep starting; close() still cleans up.
         """
-        loop = _loop.running_loop(f"{type(self).__name__}.start()")
+        loop = _hub.running_loop(f"{type(self).__name__}.start()")
         if self._state in ("closing", "closed"):
             raise PoolClosedError(f"this {self._kind} is closed: create a new one")
         self._ensure_started()
@@ -326,7 +326,7 @@ class Lifecycle:
         Cancellation: if the wait is cancelled, the tasks still running are
         interrupted; the shutdown completes in the background.
         """
-        loop = _loop.running_loop(f"{type(self).__name__}.aclose()")
+        loop = _hub.running_loop(f"{type(self).__name__}.aclose()")
         with self._lock:
             self._aclosing += 1
         try:

@@ -14,8 +14,8 @@ from aiosubinterp import _core, _quirks
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import copies as _copies
-from aiosubinterp._engine import fallback as _procfallback
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import fallback as _fallback
+from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine import profiling as _profiling
@@ -73,7 +73,7 @@ class _Engine(_lifecycle.Lifecycle):
     the InterpreterPoolExecutor's engine.
 
     A job reaches an interpreter through the C job queue (_core.Queue); its
-    completion comes back through the submitting loop's hub (_loop).
+    completion comes back through the submitting loop's hub (_hub).
     """
 
     def __init__(
@@ -320,9 +320,9 @@ class _Engine(_lifecycle.Lifecycle):
 
     def _submit(self, kind: int, payload: object, name: str, fn: object = None,
                 args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Task:
-        loop = _loop.running_loop(f"{type(self).__name__}.submit()")
+        loop = _hub.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
-        hub = _loop.hub_for(loop)
+        hub = _hub.hub_for(loop)
         # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
         # workers send what they write there (bit 1 stdout, bit 2 stderr).
         output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
@@ -619,14 +619,14 @@ class InterpreterPool(_Engine):
         context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
         size = _lifecycle.default_size() if size is None else size
-        if context_vars is not None and "process" in _procfallback.parse(fallback):
+        if context_vars is not None and "process" in _fallback.parse(fallback):
             raise ValueError(
                 "InterpreterPool(context_vars=...) cannot be combined with fallback='process' "
                 "yet: the worker processes would run the calls without the context variables. "
                 "Use fallback=None or 'copy', or pass the values as arguments.")
         # fallback="process": a ProcessPool for what interpreters refuse
         # (aiosubinterp._engine.fallback).
-        self._fallback = _procfallback.make(
+        self._fallback = _fallback.make(
             fallback, size=size, initializer=initializer, initargs=initargs,
             max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace,
             forward_logging=forward_logging)
@@ -640,7 +640,7 @@ class InterpreterPool(_Engine):
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
             forward_logging=forward_logging,
-            private_copies=_procfallback.wants_copies(_procfallback.parse(fallback),
+            private_copies=_fallback.wants_copies(_fallback.parse(fallback),
                                                       "InterpreterPool"),
             context_vars=context_vars,
         )
@@ -704,7 +704,7 @@ class Interpreter(_Engine):
         context_vars; fallback: None or ``"copy"``). ``exec()`` carries no context variables."""
         super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
                          replace_stuck=False, forward_logging=forward_logging,
-                         private_copies=_procfallback.copies_only(fallback, "Interpreter"),
+                         private_copies=_fallback.copies_only(fallback, "Interpreter"),
                          context_vars=context_vars)
         self._tasks = weakref.WeakValueDictionary()
 
@@ -795,8 +795,8 @@ async def run(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Any:
 
     Cancellation: as InterpreterPool.run().
     """
-    loop = _loop.running_loop("aiosubinterp.run()")
-    hub = _loop.hub_for(loop)
+    loop = _hub.running_loop("aiosubinterp.run()")
+    hub = _hub.hub_for(loop)
     pool = hub.default_pool
     if pool is None or pool.closed:
         pool = hub.default_pool = InterpreterPool(fallback=_default_fallback())
@@ -811,7 +811,7 @@ def _default_fallback() -> str | tuple[str, ...] | None:
     tiers = tuple(part.strip() for part in raw.split(","))
     value: str | tuple[str, ...] = tiers[0] if len(tiers) == 1 else tiers
     try:
-        _procfallback.parse(value)
+        _fallback.parse(value)
     except ValueError as exc:
         raise ValueError(f"the environment variable AIOSUBINTERP_FALLBACK={raw!r} is not a "
                          "fallback: use copy, process or copy,process (or unset it). "

@@ -30,9 +30,9 @@ def adopt(key: int, kind: str, channel_id: int) -> _ProxyEnd:
     """Unpickling of an end the pool passed to this worker process."""
     cls = ProxySendChannel if kind == "send" else ProxyRecvChannel
     end = cls(key, channel_id)
-    from aiosubinterp._process import worker as _procworker
+    from aiosubinterp._process import worker as _worker
 
-    _procworker.state().proxies[key] = weakref.ref(end)
+    _worker.state().proxies[key] = weakref.ref(end)
     return end
 
 
@@ -52,11 +52,11 @@ class _ProxyEnd:
         self._closed = False
 
     def _call(self, op: str, *args: object) -> tuple[Any, Any]:
-        from aiosubinterp._process import worker as _procworker
+        from aiosubinterp._process import worker as _worker
 
         if self._closed and op != "stats":
             return _core.CHAN_CLOSED, None
-        status, value = _procworker.state().request(op, self._key, *args)
+        status, value = _worker.state().request(op, self._key, *args)
         if status == "error":
             raise _remote_error(value)
         return status, value
@@ -72,9 +72,9 @@ class _ProxyEnd:
             return
         self._call("close")
         self._closed = True
-        from aiosubinterp._process import worker as _procworker
+        from aiosubinterp._process import worker as _worker
 
-        _procworker.state().proxies.pop(self._key, None)
+        _worker.state().proxies.pop(self._key, None)
 
     async def aclose(self) -> None:
         """Close this end, as close()."""

@@ -22,7 +22,7 @@ from aiosubinterp._errors import (
     EndOfChannel,
     NotShareableError,
 )
-from aiosubinterp._process import wire as _procwire
+from aiosubinterp._process import wire as _wire
 from aiosubinterp._process.wire import REPLY
 
 if TYPE_CHECKING:
@@ -62,10 +62,10 @@ class EndService:
                 keys.add(key)
             else:
                 keys.append(key)
-        from aiosubinterp._process import channels as _procchan
+        from aiosubinterp._process import channels as _channels
 
         kind = "send" if isinstance(end, _send_type()) else "recv"
-        return _procchan.adopt, (key, kind, end._channel_id)
+        return _channels.adopt, (key, kind, end._channel_id)
 
     def _end_for(self, proc: _Proc) -> Callable[[int], object]:
         def resolve(key: int) -> object:
@@ -100,7 +100,7 @@ class EndService:
 
     def _on_request(self, proc: _Proc, rid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
-            op, key, args = _procwire.decode(body, fds, on_end=self._end_for(proc))
+            op, key, args = _wire.decode(body, fds, on_end=self._end_for(proc))
         except Exception as exc:  # noqa: BLE001 - the worker raises it
             self._reply(proc, rid, ("error", _error_info_plain(exc)))
             return
@@ -179,11 +179,11 @@ class EndService:
 
     def _reply(self, proc: _Proc, rid: int, result: tuple[Any, ...]) -> None:
         try:
-            body, fds = _procwire.encode(result, lambda end: self._share_end(end, proc.keys))
+            body, fds = _wire.encode(result, lambda end: self._share_end(end, proc.keys))
         except Exception as exc:  # noqa: BLE001 - an item that cannot go to a process
-            body, fds = _procwire.encode(("error", _error_info_plain(exc)), self._refuse_end)
+            body, fds = _wire.encode(("error", _error_info_plain(exc)), self._refuse_end)
         proc.write(REPLY, rid, body, fds)
-        _procwire.close_fds(fds)
+        _wire.close_fds(fds)
 
     def _channel_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop that waits in channel operations for workers (started on first use)."""

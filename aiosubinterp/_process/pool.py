@@ -21,7 +21,7 @@ from typing import Any
 from aiosubinterp import _core
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import context as _context
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine.task import Task
@@ -33,7 +33,7 @@ from aiosubinterp._errors import (
 )
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._process import ends as _ends
-from aiosubinterp._process import wire as _procwire
+from aiosubinterp._process import wire as _wire
 from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
@@ -215,7 +215,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         return (*super()._setup()[:3], (tuple(self._path or ()), self._output), levels)
 
     def _check_crosses(self, payload: object) -> None:
-        _procwire.close_fds(_procwire.encode(payload, self._refuse_end)[1])
+        _wire.close_fds(_wire.encode(payload, self._refuse_end)[1])
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -242,14 +242,14 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             with self._lock:
                 setup = self._setup()
                 proc.settings = self._settings
-            sent, fds = _procwire.encode(setup, self._refuse_end)
+            sent, fds = _wire.encode(setup, self._refuse_end)
             proc.write(SETUP, 0, sent, fds)
-            _procwire.close_fds(fds)
+            _wire.close_fds(fds)
             kind, _, body, fds = proc.reader.read()
             if kind == READY:
                 return proc, None
             if kind == FAILED:
-                info = _procwire.decode(body, fds)
+                info = _wire.decode(body, fds)
                 error: BaseException = rebuild(_with_exception(info))
             else:
                 error = RuntimeError(f"a worker process sent message {kind} instead of READY")
@@ -343,14 +343,14 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         function, a builtin, or a picklable callable; arguments cross by
         pickle. Raises NotShareableError here, before anything is queued, if they cannot.
         """
-        loop = _loop.running_loop("ProcessPool.submit()")
+        loop = _hub.running_loop("ProcessPool.submit()")
         self._check_open()
         payload = _marshal.call_payload(fn, args, kwargs)
         if self._context:
             payload = (*payload, _context.values(self._context))
         keys: list[int] = []
         try:
-            body, fds = _procwire.encode(payload, lambda end: self._share_end(end, keys))
+            body, fds = _wire.encode(payload, lambda end: self._share_end(end, keys))
         except BaseException as exc:
             for key in keys:
                 self._close_key(key)
@@ -394,7 +394,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
 
     def _new_settings(self, output: int) -> None:
         path = list(sys.path)
-        body, _ = _procwire.encode((tuple(path), output), self._refuse_end)
+        body, _ = _wire.encode((tuple(path), output), self._refuse_end)
         with self._lock:
             self._path = path
             self._output = output
@@ -435,12 +435,12 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         if settings is not None:
             proc.write(SETTINGS, 0, settings)
         proc.write(JOB, job.tid, job.payload, job.fds)
-        _procwire.close_fds(job.fds)
+        _wire.close_fds(job.fds)
         job.payload = b""
 
     def _drop(self, job: _Job) -> None:
         """A job that will never run: release what it carried."""
-        _procwire.close_fds(job.fds)
+        _wire.close_fds(job.fds)
         for key in job.keys:
             self._close_key(key)
 
@@ -467,7 +467,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         try:
             if kind == LOG:
                 if self._log_sink is not None:
-                    self._log_sink.handle(_procwire.decode(body, fds))
+                    self._log_sink.handle(_wire.decode(body, fds))
             elif kind == RESULT:
                 self._on_result(proc, ident, body, fds)
             elif kind == REQUEST:
@@ -477,13 +477,13 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 if fut is not None:
                     fut.cancel()
             else:
-                _procwire.close_fds(fds)
+                _wire.close_fds(fds)
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave tasks hanging
             sys.unraisablehook(_Unraisable(exc, f"aiosubinterp: worker process {proc.pid}"))  # type: ignore[arg-type]
 
     def _on_result(self, proc: _Proc, tid: int, body: bytes | bytearray, fds: list[int]) -> None:
         try:
-            status, value, released = _procwire.decode(body, fds, on_end=self._end_for(proc))
+            status, value, released = _wire.decode(body, fds, on_end=self._end_for(proc))
         except Exception as exc:  # noqa: BLE001 - the awaiter gets it
             status, value, released = _core.STATUS_LOCAL_ERROR, exc, ()
         for key in released:
@@ -634,7 +634,7 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
             break
         pool = pool_ref()
         if pool is None:  # collected without close(): let the worker go
-            _procwire.close_fds(fds)
+            _wire.close_fds(fds)
             proc.write(STOP, 0)
             continue
         pool._handle(proc, kind, ident, body, fds)

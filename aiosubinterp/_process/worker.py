@@ -29,7 +29,7 @@ import types
 from aiosubinterp import _core
 from aiosubinterp._errors import NotShareableError
 from aiosubinterp._inside import marshal as _marshal
-from aiosubinterp._process import wire as _procwire
+from aiosubinterp._process import wire as _wire
 from aiosubinterp._process.wire import (
     ABORT,
     FAILED,
@@ -134,16 +134,16 @@ class _State:
         finally:
             self.shielded = False
             if fds:
-                _procwire.close_fds(fds)
+                _wire.close_fds(fds)
         if self.deferred and not self.in_request:  # a request's wait raises it instead
             self.deferred = False
             raise KeyboardInterrupt
 
     def decode(self, body: bytes | bytearray, fds: list[int]) -> object:
-        return _procwire.decode(body, fds, main=self.main)
+        return _wire.decode(body, fds, main=self.main)
 
     def encode(self, obj: object) -> tuple[bytes, list[int]]:
-        return _procwire.encode(obj, _end_reduction)
+        return _wire.encode(obj, _end_reduction)
 
     # -- functions ------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class _State:
         status, value = OK, None
         try:
             if self.cancel_requested(tid):
-                _procwire.close_fds(fds)
+                _wire.close_fds(fds)
                 raise KeyboardInterrupt
             value = self.decode_and_call(tid, body, fds)
         except KeyboardInterrupt as exc:
@@ -306,7 +306,7 @@ class _State:
         finally:
             self.shielded = False
         if kind != REPLY or ident != rid:
-            _procwire.close_fds(fds)
+            _wire.close_fds(fds)
             raise RuntimeError(f"aiosubinterp: unexpected message {kind} from the pool")
         reply = self.decode(body, fds)
         if interrupted or self.deferred:
@@ -451,13 +451,13 @@ def _serve(st: _State) -> None:
         elif kind == STOP:
             return
         else:
-            _procwire.close_fds(fds)
+            _wire.close_fds(fds)
 
 
 def bootstrap_source(path: list[str], sock_fd: int, ctl_fd: int) -> str:
     """The -c program of a worker process."""
     return (
         f"import sys; sys.path[:] = {path!r}\n"
-        "from aiosubinterp._process import worker as _procworker\n"
-        f"_procworker.main({sock_fd}, {ctl_fd})\n"
+        "from aiosubinterp._process import worker as _worker\n"
+        f"_worker.main({sock_fd}, {ctl_fd})\n"
     )

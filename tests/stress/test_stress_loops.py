@@ -25,7 +25,7 @@ from stresshelp import thread_count, threads_back_to
 
 import aiosubinterp as asi
 from aiosubinterp import _core
-from aiosubinterp._engine import hub as _loop
+from aiosubinterp._engine import hub as _hub
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_loop_closed_without_asyncgen_shutdown_releases_its_hub_and_default_pool
 
     async def use():
         assert await asi.run(workfuncs.square, 7) == 49
-        hub = _loop.hub_for(asyncio.get_running_loop())
+        hub = _hub.hub_for(asyncio.get_running_loop())
         stuck = hub.default_pool.submit(workfuncs.spin_forever)  # left running
         while hub.default_pool.statistics()["busy"] == 0:
             await asyncio.sleep(0.01)
@@ -84,12 +84,12 @@ def test_loop_closed_without_asyncgen_shutdown_releases_its_hub_and_default_pool
 def test_hub_of_a_running_loop_stays_while_the_loop_runs():
     async def main():
         loop = asyncio.get_running_loop()
-        first = _loop.hub_for(loop)
+        first = _hub.hub_for(loop)
         gc.collect()
-        assert _loop.hub_for(loop) is first  # held by the loop, not only by the map
+        assert _hub.hub_for(loop) is first  # held by the loop, not only by the map
         async with asi.InterpreterPool(1) as pool:
             assert await pool.run(workfuncs.square, 3) == 9
-        assert _loop.hub_for(loop) is first
+        assert _hub.hub_for(loop) is first
         return first.core.fileno()
 
     fd = asyncio.run(main())
@@ -141,7 +141,7 @@ async def test_pool_started_on_one_loop_runs_and_closes_on_another():
 def test_default_pools_are_per_loop():
     async def default_pool():
         assert await asi.run(workfuncs.square, 4) == 16
-        return _loop.hub_for(asyncio.get_running_loop()).default_pool
+        return _hub.hub_for(asyncio.get_running_loop()).default_pool
 
     first = asyncio.run(default_pool())
     second = asyncio.run(default_pool())
