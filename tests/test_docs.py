@@ -288,3 +288,16 @@ def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
     built = "".join(p.read_text() for p in (site / "reference").glob("*.html"))
     for name in aiosubinterp.__all__:
         assert f'id="aiosubinterp.{name}"' in built, name
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve():
+    # At most 12 KB (the documentation holds the rest), and every relative
+    # link or picture points at a file of the repository.
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert len(text.encode()) <= 12 * 1024, len(text.encode())
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+    assert len(local) > 10, local
+    missing = [t for t in local if not (ROOT / t.split("#", 1)[0]).exists()]
+    assert not missing, missing
