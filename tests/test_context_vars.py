@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
 import threading
 
 import ctxfuncs
 import pytest
 from ctxfuncs import UNSET, request_id, tenant_var, trace
+from loghelpers import captured_records
 
 import aiosubinterp as asi
 from aiosubinterp._inside import worker as _worker
@@ -246,25 +246,10 @@ async def test_a_variable_missing_in_the_worker():
 # -- task_id on forwarded log records -----------------------------------------------
 
 
-class ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def captured():
-    logger = logging.getLogger("ctxtest")
-    handler = ListHandler()
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.records
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
+    with captured_records("ctxtest") as records:
+        yield records
 
 
 async def test_task_id_on_records(captured):

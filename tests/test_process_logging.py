@@ -26,45 +26,22 @@ import outfuncs
 import procfuncs
 import pytest
 import warnfuncs
+from loghelpers import captured_records, output_and_records, record_items
 
 import aiosubinterp as asi
-from aiosubinterp._engine import logs as _logs
-
-
-class ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture
 def captured():
     """A handler on main's "logtest" logger, whose level is INFO (set before any pool starts)."""
-    logger = logging.getLogger("logtest")
-    handler = ListHandler()
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.records
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
+    with captured_records("logtest") as records:
+        yield records
 
 
 @pytest.fixture
 def handled(monkeypatch):
     """Every item main received from a worker, in order."""
-    items: list[tuple[object, ...]] = []
-    original = _logs.RecordSink._handle
-
-    def counting(self, item):
-        items.append(item)
-        return original(self, item)
-
-    monkeypatch.setattr(_logs.RecordSink, "_handle", counting)
-    return items
+    return record_items(monkeypatch)
 
 
 async def test_record_reaches_main_logging(captured):
@@ -149,26 +126,10 @@ async def test_output_reaches_replaced_streams(capsys):
 
 
 async def test_output_in_order_with_records():
-    events: list[str] = []
-
-    class Sink(io.StringIO):
-        def write(self, text: str) -> int:
-            events.append(text.strip())
-            return len(text)
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            events.append(record.getMessage())
-
-    handler = Keep()
-    logging.getLogger("outtest").addHandler(handler)
-    try:
-        with contextlib.redirect_stdout(Sink()):
-            async with asi.ProcessPool(1) as pool:
-                await pool.run(outfuncs.print_log_print)
-                await pool.run(outfuncs.partial, "at close", False)
-    finally:
-        logging.getLogger("outtest").removeHandler(handler)
+    with output_and_records("outtest") as events:
+        async with asi.ProcessPool(1) as pool:
+            await pool.run(outfuncs.print_log_print)
+            await pool.run(outfuncs.partial, "at close", False)
     assert events == ["first", "second", "third", "at close"]
 
 

@@ -8,6 +8,7 @@ import threading
 
 import logfuncs
 import pytest
+from loghelpers import captured_records, record_items
 
 import aiosubinterp as asi
 from aiosubinterp import _core
@@ -15,40 +16,17 @@ from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import logs as _logs
 
 
-class ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def captured():
     """A handler on main's "logtest" logger, whose level is INFO (set before any pool starts)."""
-    logger = logging.getLogger("logtest")
-    handler = ListHandler()
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield handler.records
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
+    with captured_records("logtest") as records:
+        yield records
 
 
 @pytest.fixture
 def handled(monkeypatch):
     """Every item the consumer received from a worker, in order."""
-    items: list[tuple[object, ...]] = []
-    original = _logs.LogConsumer._handle
-
-    def counting(self, item):
-        items.append(item)
-        return original(self, item)
-
-    monkeypatch.setattr(_logs.LogConsumer, "_handle", counting)
-    return items
+    return record_items(monkeypatch)
 
 
 async def test_record_reaches_main_logging(captured):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import sys
 
 import childproc
 import outfuncs
 import pytest
+from loghelpers import output_and_records
 
 import aiosubinterp as asi
 
@@ -60,25 +60,9 @@ async def test_own_streams_are_not_forwarded():
 
 
 async def test_order_with_log_records_is_kept():
-    events: list[str] = []
-
-    class Sink(io.StringIO):
-        def write(self, text: str) -> int:
-            events.append(text.strip())
-            return len(text)
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            events.append(record.getMessage())
-
-    handler = Keep()
-    logging.getLogger("outtest").addHandler(handler)
-    try:
-        with contextlib.redirect_stdout(Sink()):
-            async with asi.InterpreterPool(1) as pool:
-                await pool.run(outfuncs.print_log_print)
-    finally:
-        logging.getLogger("outtest").removeHandler(handler)
+    with output_and_records("outtest") as events:
+        async with asi.InterpreterPool(1) as pool:
+            await pool.run(outfuncs.print_log_print)
     assert events == ["first", "second", "third"]
 
 
