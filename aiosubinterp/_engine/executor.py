@@ -129,7 +129,7 @@ class _ExecutorEngine(_pool._Engine):
         if state is None:
             if self._pid == os.getpid():
                 self._closed.exception()  # closing elsewhere: wait for it
-        elif state == "new":
+        elif state is _lifecycle.PoolState.NEW:
             self._finish_close()
         else:
             self._shutdown()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import enum
 import itertools
 import os
 import sys
@@ -51,6 +52,42 @@ _OUR_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 def next_task_id() -> int:
     """A process-unique task id (every backend's tasks share one counter)."""
     return next(_task_ids)
+
+
+class PoolState(enum.StrEnum):
+    """Where a pool is in its one lifecycle (every pool kind, and the executor).
+
+    new -> starting -> running -> closing -> closed; starting or running ->
+    broken (an initializer or a start failed) -> closing -> closed. A str:
+    ``statistics()["state"]`` shows the value.
+    """
+
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    BROKEN = "broken"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+    @property
+    def is_open(self) -> bool:
+        """Work may be submitted (a new pool starts on its first task)."""
+        return self in (PoolState.NEW, PoolState.STARTING, PoolState.RUNNING)
+
+    @property
+    def is_live(self) -> bool:
+        """Started and not closing: a worker lost is replaced."""
+        return self in (PoolState.STARTING, PoolState.RUNNING)
+
+    @property
+    def drains(self) -> bool:
+        """Workers run what is queued: live, or closing (close finishes the queue)."""
+        return self in (PoolState.STARTING, PoolState.RUNNING, PoolState.CLOSING)
+
+    @property
+    def is_shut(self) -> bool:
+        """close() was called: closing or closed."""
+        return self in (PoolState.CLOSING, PoolState.CLOSED)
 
 
 def default_size() -> int:
@@ -152,7 +189,7 @@ class Lifecycle:
         self._grace = grace
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._state = "new"  # new, starting, running, broken, closing, closed
+        self._state = PoolState.NEW  # new, starting, running, broken, closing, closed
         self._broken: BaseException | None = None
         self._started: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._closed: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -179,9 +216,9 @@ class Lifecycle:
 
     def _ensure_started(self) -> None:
         with self._lock:
-            if self._state != "new":
+            if self._state is not PoolState.NEW:
                 return
-            self._state = "starting"
+            self._state = PoolState.STARTING
             self._path = list(sys.path)
         _quirks.import_pickle_early()  # free-threaded 3.13, see _quirks
         _admin.spawn(self._start_all)
@@ -191,8 +228,8 @@ class Lifecycle:
         errors = [err for err in (f.result() for f in futures) if err is not None]
         if not errors:
             with self._lock:
-                if self._state == "starting":
-                    self._state = "running"
+                if self._state is PoolState.STARTING:
+                    self._state = PoolState.RUNNING
             self._started.set_result(None)
             return
         cause = errors[0]
@@ -201,8 +238,8 @@ class Lifecycle:
         broken.__cause__ = cause
         with self._lock:
             self._broken = broken
-            if self._state == "starting":
-                self._state = "broken"
+            if self._state is PoolState.STARTING:
+                self._state = PoolState.BROKEN
         self._abort_start(broken)
         self._fail_queued(broken)
         self._started.set_exception(broken)
@@ -213,8 +250,8 @@ class Lifecycle:
         broken.__cause__ = error
         with self._lock:
             self._broken = broken
-            if self._state == "running":
-                self._state = "broken"
+            if self._state is PoolState.RUNNING:
+                self._state = PoolState.BROKEN
         self._fail_queued(broken)
 
     async def start(self) -> None:
@@ -226,7 +263,7 @@ class Lifecycle:
         Cancellation: the workers keep starting; close() still cleans up.
         """
         loop = _hub.running_loop(f"{type(self).__name__}.start()")
-        if self._state in ("closing", "closed"):
+        if self._state.is_shut:
             raise PoolClosedError(f"this {self._kind} is closed: create a new one")
         self._ensure_started()
         await asyncio.shield(_admin.relay(self._started, loop))
@@ -254,13 +291,13 @@ class Lifecycle:
         if self._pid != os.getpid():
             # A forked child's copy: the workers belong to the parent;
             # joining their threads from here would hang. Just drop it.
-            self._state = "closed"
+            self._state = PoolState.CLOSED
             return None
         with self._lock:
             state = self._state
-            if state in ("closing", "closed"):
+            if state.is_shut:
                 return None
-            self._state = "closing"
+            self._state = PoolState.CLOSING
             self._changed.notify_all()
         self._stop_taking_work()
         return state
@@ -272,7 +309,7 @@ class Lifecycle:
         aclose()`` to wait for that. Idempotent.
         """
         state = self._begin_close()
-        if state == "new":
+        if state is PoolState.NEW:
             self._finish_close()
         elif state is not None:
             _admin.spawn(self._shutdown)
@@ -293,7 +330,7 @@ class Lifecycle:
         """Queue a RuntimeWarning for the closer; warn now if the pool is not closing."""
         with self._lock:
             self._warnings_due.append(message)
-            closing = self._state in ("closing", "closed")
+            closing = self._state.is_shut
         if not closing:  # a worker replaced while the pool runs: nobody else will
             self._warn_due()
 
@@ -308,7 +345,7 @@ class Lifecycle:
         self._fail_queued(PoolClosedError(
             f"this {self._kind} was closed before the task could run"))
         with self._lock:
-            self._state = "closed"
+            self._state = PoolState.CLOSED
             self._changed.notify_all()
         if not self._started.done():
             self._started.set_exception(PoolClosedError(f"this {self._kind} is closed"))
@@ -371,9 +408,9 @@ class Lifecycle:
                 "pool in the child, or use the 'spawn' or 'forkserver' start method."
             )
         state = self._state
-        if state in ("closing", "closed"):
+        if state.is_shut:
             raise PoolClosedError(f"this {self._kind} is closed: create a new one to run more work")
-        if state == "broken":
+        if state is PoolState.BROKEN:
             raise BrokenPoolError(str(self._broken)) from self._broken
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
@@ -427,7 +464,7 @@ class Lifecycle:
 
     @property
     def closed(self) -> bool:
-        return self._state in ("closing", "closed")
+        return self._state.is_shut
 
     def statistics(self) -> dict[str, int | str]:
         """A snapshot: size, concurrency, state, busy, running, queued, submitted, completed,
@@ -445,7 +482,7 @@ class Lifecycle:
         return {
             "size": self._size,
             "concurrency": self._concurrency,
-            "state": self._state,
+            "state": self._state.value,
             "busy": busy,
             "running": running,
             "queued": queued,

@@ -213,8 +213,8 @@ class _Engine(_lifecycle.Lifecycle):
     def _no_worker_needed(self) -> bool:
         """Closed, or closing with nothing queued: a new worker would serve nothing."""
         state = self._state
-        return state not in ("starting", "running", "closing") or (
-            state == "closing" and self._queue.qsize() == 0)
+        return not state.drains or (
+            state is _lifecycle.PoolState.CLOSING and self._queue.qsize() == 0)
 
     def _start_one(self) -> BaseException | None:
         """Start one worker and list it at once, so a task it runs can be cancelled."""
@@ -225,7 +225,7 @@ class _Engine(_lifecycle.Lifecycle):
         if worker is None:
             return error
         with self._lock:
-            usable = self._state in ("starting", "running", "closing")
+            usable = self._state.drains
             # When closing meanwhile, it still drains the queue first.
             retired = usable and not self._register(worker)
             if retired:
@@ -349,7 +349,7 @@ class _Engine(_lifecycle.Lifecycle):
         if self._tasks is not None:
             self._tasks[tid] = task
         self._submitted += 1
-        if self._state == "new":
+        if self._state is _lifecycle.PoolState.NEW:
             self._ensure_started()
         return task
 
@@ -422,7 +422,7 @@ class _Engine(_lifecycle.Lifecycle):
         with self._lock:
             while (worker := self._workers.get(serial)) is None:
                 left = deadline - time.monotonic()
-                if left <= 0 or self._state == "closed":
+                if left <= 0 or self._state is _lifecycle.PoolState.CLOSED:
                     return
                 self._changed.wait(left)  # _register() and closing notify
         # A worker stuck in a C call keeps its GIL, so the interruption may
@@ -441,7 +441,7 @@ class _Engine(_lifecycle.Lifecycle):
             self._abandoned.append(worker)
             _quirks.note_abandoned(worker)
             self._replaced += 1
-            replace = self._state in ("starting", "running")
+            replace = self._state.is_live
             if replace:
                 self._pending_adds += 1
         worker.stop()
@@ -473,13 +473,13 @@ class _Engine(_lifecycle.Lifecycle):
     def _on_retired(self, serial: int) -> None:
         with self._lock:
             worker = self._workers.pop(serial, None)
-            if worker is None and self._state in ("starting", "running"):
+            if worker is None and self._state.is_live:
                 self._retired_early.add(serial)
             # A closing pool still serves what is queued: a worker that
             # retires meanwhile is replaced while there is work left.
             replace = worker is not None and (
-                self._state in ("starting", "running")
-                or (self._state == "closing" and self._queue.qsize() > 0))
+                self._state.is_live
+                or (self._state is _lifecycle.PoolState.CLOSING and self._queue.qsize() > 0))
             if replace:
                 self._pending_adds += 1
             if worker is not None and not replace:
@@ -507,7 +507,7 @@ class _Engine(_lifecycle.Lifecycle):
     def _add_worker_counted(self) -> None:
         worker, error = self._new_worker()
         with self._lock:
-            if worker is not None and self._state in ("starting", "running", "closing"):
+            if worker is not None and self._state.drains:
                 if not self._register(worker):
                     self._pending_adds += 1
                     _admin.spawn(self._retire_and_replace, worker)
@@ -739,7 +739,8 @@ class Interpreter(_Engine):
     def is_alive(self) -> bool:
         """True from start until close: the interpreter exists and serves tasks."""
         worker = self._worker()
-        return worker is not None and worker.state == "ready" and self._state == "running"
+        return (worker is not None and worker.state == "ready"
+                and self._state is _lifecycle.PoolState.RUNNING)
 
     def is_running(self) -> bool:
         """True while a task runs in it (False while idle, queued work does not count)."""

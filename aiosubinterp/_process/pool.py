@@ -291,7 +291,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                                   name=f"aiosubinterp-process-{proc.pid}")
         proc.thread = thread
         with self._lock:
-            usable = self._state in ("starting", "running", "closing")
+            usable = self._state.drains
             if usable:
                 self._procs[proc.serial] = proc
                 self._threads.append(thread)
@@ -374,7 +374,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         with self._lock:
             state = self._state
             proc = None
-            if state in ("new", "starting", "running"):
+            if state.is_open:
                 self._submitted += 1
                 proc = self._idle.pop() if self._idle else None
                 if proc is not None:
@@ -382,13 +382,13 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 else:
                     self._queue.append(job)
                     self._queued[tid] = job
-        if state not in ("new", "starting", "running"):
+        if not state.is_open:
             self._drop(job)
             self._check_open()
             raise PoolClosedError("this process pool is closed")
         if proc is not None:
             self._dispatch(proc, job)
-        elif state == "new":
+        elif state is _lifecycle.PoolState.NEW:
             self._ensure_started()
         return task
 
@@ -544,8 +544,8 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
 
     def _replace(self) -> None:
         with self._lock:
-            wanted = self._state in ("starting", "running") or (
-                self._state == "closing" and self._queued)
+            wanted = self._state.is_live or (
+                self._state is _lifecycle.PoolState.CLOSING and self._queued)
         if wanted:
             _admin.spawn(self._add_proc)
 
