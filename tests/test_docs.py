@@ -301,3 +301,22 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
     assert len(local) > 10, local
     missing = [t for t in local if not (ROOT / t.split("#", 1)[0]).exists()]
     assert not missing, missing
+
+
+def test_the_layout_in_how_it_works_names_every_module():
+    # docs/explanation/how-it-works.md draws the package's tree: every module
+    # of the package is in it, and everything it names exists.
+    text = (ROOT / "docs" / "explanation" / "how-it-works.md").read_text(encoding="utf-8")
+    block = text.split("```\naiosubinterp/\n", 1)[1].split("```", 1)[0]
+    package = ROOT / "aiosubinterp"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name == "__init__.py" and rel.parent != Path("."):
+            continue  # a subpackage's door: its folder is named
+        name = path.stem if rel.parts[0] == "demo" else path.name
+        if not re.search(rf"(?<![\w.]){re.escape(name)}\b", block):
+            missing.append(str(rel))
+    assert not missing, f"how-it-works.md's layout does not name: {missing}"
+    for folder in re.findall(r"^  (\w+)/", block, re.M):
+        assert (package / folder).is_dir(), folder
