@@ -273,6 +273,19 @@ async def test_task_id_on_records_of_concurrent_coroutines(captured):
     assert by_message == {**{f"a{i}": t.id for i, t in enumerate(tasks)}, "plain": plain.id}
 
 
+async def test_task_id_on_process_pool_records(captured):
+    async with asi.ProcessPool(1) as pool:
+        tasks = [pool.submit(ctxfuncs.log_it, f"p{i}") for i in range(4)]
+        await asyncio.gather(*tasks)
+        async_task = pool.submit(ctxfuncs.alog_it, "async")
+        await async_task
+        thread_task = pool.submit(ctxfuncs.log_from_thread, "from a thread")
+        await thread_task
+    by_message = {r.getMessage(): r.task_id for r in captured}
+    assert by_message == {**{f"p{i}": t.id for i, t in enumerate(tasks)},
+                          "async": async_task.id, "from a thread": None}
+
+
 def test_task_id_on_executor_records(captured):
     with asi.InterpreterPoolExecutor(1) as executor:
         executor.submit(ctxfuncs.log_it, "e1").result()

@@ -252,10 +252,19 @@ class _State:
         # them) are gone once it returns: released() then sees the ones the task dropped.
         payload = self.decode(body, fds)
         self.current = tid
+        # Forwarded records carry the task's id (task_id), as in interpreter workers.
+        var = token = None
+        if self.logs is not None and self.logs.forwarding:
+            from aiosubinterp._inside.worker import load_contextvars
+
+            var = load_contextvars()
+            token = var.set(tid)
         try:
             return self.call(payload)  # type: ignore[arg-type]
         finally:
             self.current = 0
+            if var is not None:
+                var.reset(token)
 
     def released(self) -> tuple[int, ...]:
         """Keys of channel-end proxies that died in this task without being closed."""
