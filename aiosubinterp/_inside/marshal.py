@@ -240,6 +240,8 @@ def _value_pickler() -> "Any":
     """The by-value pickler class; ImportError without cloudpickle."""
     global _ValuePickler
     if _ValuePickler is None:
+        import pickle
+
         import cloudpickle
 
         from aiosubinterp import _core
@@ -250,6 +252,13 @@ def _value_pickler() -> "Any":
         by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
 
         class ValuePickler(cloudpickle.Pickler):  # type: ignore[misc]
+            if cloudpickle.Pickler.__mro__[1] is pickle._Pickler:
+                # The pure-Python pickler (_pickle does not load in a 3.12
+                # worker): cloudpickle's `dispatch` (its reducers) hides the
+                # save methods it looks up by type, and a function saved by
+                # reference would fail.
+                dispatch = pickle._Pickler.dispatch
+
             def __init__(self, file, buffer_callback=None) -> None:
                 super().__init__(file, protocol=5, buffer_callback=buffer_callback)
                 self.ends: list[object] = []
