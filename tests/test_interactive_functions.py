@@ -2,7 +2,9 @@
 
 A function, lambda or closure defined in a Jupyter cell, the REPL, ``python -c``
 or stdin has no module a worker could import: it is pickled with cloudpickle
-(once per function object) and loaded in the worker by plain pickle. The
+(once per function object) and loaded in the worker by plain pickle.
+Instances of classes defined there cross too (arguments, results, channel
+items), their class by value, and come back as instances of main's class. The
 scripts run in child processes (``python -c`` and ``python -``, as a user
 would), on asyncio and on uvloop; one test runs a real Jupyter kernel.
 """
