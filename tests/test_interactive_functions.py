@@ -2,7 +2,9 @@
 
 A function, lambda or closure defined in a Jupyter cell, the REPL, ``python -c``
 or stdin has no module a worker could import: it is pickled with cloudpickle
-(once per function object) and loaded in the worker by plain pickle. The
+(once per function object) and loaded in the worker by plain pickle.
+Instances of classes defined there cross too (arguments, results, channel
+items), their class by value, and come back as instances of main's class. The
 scripts run in child processes (``python -c`` and ``python -``, as a user
 would), on asyncio and on uvloop; one test runs a real Jupyter kernel.
 """
@@ -218,9 +220,18 @@ def work(x):
     logging.getLogger("nb").warning("worker logged %s", x)
     return x * 2
 
+class Box:
+    def __init__(self, value):
+        self.value = value
+
+def doubled(box):
+    return Box(box.value * 2)
+
 async with aiosubinterp.InterpreterPool(1) as pool:
     result = await pool.run(work, 21)
+    box = await pool.run(doubled, Box(4))
 print("result", result)
+print("box", box.value, type(box) is Box)
 """
 
 
@@ -269,7 +280,8 @@ print(json.dumps({"streams": streams, "errors": errors, "status": reply["content
 
 
 def test_jupyter_kernel(tmp_path):
-    """A cell defines a function and runs it in a pool; its prints and logs are the cell's."""
+    """A cell defines a function and runs it in a pool; its prints and logs are the cell's.
+    An instance of a class the cell defines crosses as an argument and comes back."""
     pytest.importorskip("ipykernel", reason="no ipykernel (tornado has no wheels for 3.13t)")
     pytest.importorskip("jupyter_client")
     proc = run_python(["-c", KERNEL_CHILD, str(tmp_path / "kernels")], stdin=CELL, timeout=300)
@@ -279,4 +291,175 @@ def test_jupyter_kernel(tmp_path):
     assert out["status"] == "ok"
     assert "worker printed 21" in out["streams"]["stdout"]
     assert "result 42" in out["streams"]["stdout"]
+    assert "box 8 True" in out["streams"]["stdout"]  # an instance of a cell's class, both ways
     assert "WARNING:nb:worker logged 21" in out["streams"]["stderr"]
+
+
+# Instances of classes defined where no worker can import them, as arguments
+# (also nested, and keywords), as results and through channels; the class of
+# what comes back is main's own, its methods untouched.
+CLASSES = """
+import asyncio, dataclasses, sys, threading
+import aiosubinterp
+
+FACTOR = 10
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int = 0
+
+    def scaled(self):
+        return Point(self.x * FACTOR, self.y * FACTOR)
+
+def total(p, *, extra=None, many=(), by_key=None):
+    values = [p, *(extra and [extra] or []), *many, *(by_key or {}).values()]
+    return sum(v.scaled().x for v in values)
+
+def make(n):
+    return {"points": [Point(n, n + 1)], "one": Point(n).scaled()}
+
+def relay(rx, tx):
+    tx.send_sync(rx.recv_sync().scaled())
+
+class Holder:
+    def __init__(self):
+        self.guard = threading.Lock()
+
+async def main():
+    scaled = Point.scaled
+    async with aiosubinterp.InterpreterPool(2) as pool:
+        print("args", await pool.run(total, Point(1), extra=Point(2), many=[Point(3)],
+                                     by_key={"k": Point(4)}))
+        made = await pool.run(make, 5)
+        p, one = made["points"][0], made["one"]
+        print("result", p, one, type(p) is Point, isinstance(one, Point),
+              Point.scaled is scaled)
+        print("rebound", await pool.run(total, p))
+        to_worker, rx = aiosubinterp.open_channel(1)
+        tx, from_worker = aiosubinterp.open_channel(1)
+        relayed = pool.submit(relay, rx, tx)
+        await to_worker.send(Point(8))
+        got = await from_worker.recv()
+        await relayed
+        print("channel", got, type(got) is Point)
+        try:
+            await pool.run(total, Holder())
+        except aiosubinterp.NotShareableError as exc:
+            print("refused:", exc)
+    with aiosubinterp.InterpreterPoolExecutor(1) as ex:
+        got = ex.submit(make, 2).result()
+        print("executor", ex.submit(total, Point(7)).result(), type(got["one"]) is Point)
+
+if sys.argv[1] == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
+def check_classes_output(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "args 100" in proc.stdout
+    assert "result Point(x=5, y=6) Point(x=50, y=0) True True True" in proc.stdout
+    assert "rebound 50" in proc.stdout
+    assert "channel Point(x=80, y=0) True" in proc.stdout
+    assert "executor 70 True" in proc.stdout
+    refused = [line for line in proc.stdout.splitlines() if line.startswith("refused:")]
+    assert refused, proc.stdout
+    assert "argument 0 of total() (Holder), at .guard (lock)" in refused[0]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_instances_of_interactive_classes_python_c(loop):
+    needs_loop(loop)
+    check_classes_output(run_python(["-c", CLASSES, loop]))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_instances_of_interactive_classes_stdin(loop):
+    needs_loop(loop)
+    check_classes_output(run_python(["-", loop], stdin=CLASSES))
+
+
+def test_interactive_class_method_using_an_unpicklable_global_is_refused_clearly():
+    script = textwrap.dedent("""
+        import asyncio, threading
+        import aiosubinterp
+
+        guard = threading.Lock()
+
+        class Counter:
+            def bump(self):
+                with guard:
+                    return 1
+
+        def bump(c):
+            return c.bump()
+
+        async def main():
+            async with aiosubinterp.InterpreterPool(1) as pool:
+                try:
+                    await pool.run(bump, Counter())
+                except aiosubinterp.NotShareableError as exc:
+                    print("refused:", exc)
+
+        asyncio.run(main())
+    """)
+    proc = run_python(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: cannot send" in proc.stdout
+    assert "cannot be pickled" in proc.stdout and "lock" in proc.stdout
+
+
+def test_instances_without_cloudpickle_the_error_says_how():
+    script = textwrap.dedent("""
+        import asyncio, sys
+        sys.modules["cloudpickle"] = None  # as if not installed
+        import aiosubinterp
+
+        class Point:
+            pass
+
+        async def main():
+            async with aiosubinterp.InterpreterPool(1) as pool:
+                try:
+                    await pool.run(print, [Point()])
+                except aiosubinterp.NotShareableError as exc:
+                    print("refused:", exc)
+
+        asyncio.run(main())
+    """)
+    proc = run_python(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: cannot send a list" in proc.stdout
+    assert "defined in an interactive session" in proc.stdout
+    assert "pip install cloudpickle" in proc.stdout
+
+
+def test_script_classes_still_cross_by_reference(tmp_path):
+    """In a script (a file workers import), the plain pickle is kept: no cloudpickle."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, sys
+        import aiosubinterp
+
+        class Point:
+            def __init__(self, x):
+                self.x = x
+
+        def double(p):
+            return Point(p.x * 2)
+
+        async def main():
+            async with aiosubinterp.InterpreterPool(1) as pool:
+                got = await pool.run(double, Point(4))
+                print("result", got.x, type(got) is Point, "cloudpickle" in sys.modules)
+
+        if __name__ == "__main__":
+            asyncio.run(main())
+    """))
+    proc = run_python([str(script)])
+    assert proc.returncode == 0, proc.stderr
+    assert "result 8 True False" in proc.stdout

@@ -15,6 +15,12 @@ A function no worker can import by name, because it was defined in an
 interactive session (Jupyter, the REPL, ``python -c``, stdin), crosses by
 value: pickled with cloudpickle (its code and the globals it uses), once per
 function object, and loaded in the worker by plain pickle (see ``by_value``).
+Values (arguments, results, channel items) whose pickle refers to such a
+class or function are pickled again with cloudpickle, which sends those by
+value, and only they pay for it (see ``_by_value_or_raise``): in main when
+the plain pickle names the interactive ``__main__``, in a worker when it
+fails for a class that came by value. Main loads a class of its own that
+comes back as that class itself (cloudpickle's class tracker).
 """
 
 import sys
@@ -101,6 +107,11 @@ def _load_pickle() -> "Any":  # the pickle module
                 module = "__main__"
             if module == __name__ and name == "_end_slot" and self._ends is not None:
                 return self._ends.__getitem__
+            if module == "cloudpickle.cloudpickle" and main_importer is None:
+                if name == "_make_skeleton_class":
+                    return _make_class_keeping_known
+                if name == "_class_setstate":
+                    return _class_setstate_unless_known
             return super().find_class(module, name)
 
     class EndPickler(pickle.Pickler):
@@ -121,6 +132,42 @@ def _load_pickle() -> "Any":  # the pickle module
     return pickle
 
 
+# In main: classes of main that came back by value (a worker's result), whose
+# definition main keeps as it is (see _make_class_keeping_known).
+_known_classes: "Any" = None
+
+
+def _make_class_keeping_known(*args: object) -> type:
+    """cloudpickle's _make_skeleton_class, noting when it is one of main's own classes.
+
+    A class sent by value from main and back is main's own class again
+    (cloudpickle's class tracker); cloudpickle would then set its methods to
+    the copies that came back, whose globals are a copy of main's, so that a
+    global rebound in main later (a cell run again) would not be seen.
+    """
+    global _known_classes
+    from cloudpickle import cloudpickle
+
+    tracked = cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.get(args[4])
+    cls: type = cloudpickle._make_skeleton_class(*args)
+    if tracked is not None and cls is tracked:
+        if _known_classes is None:
+            import weakref
+
+            _known_classes = weakref.WeakSet()
+        _known_classes.add(cls)
+    return cls
+
+
+def _class_setstate_unless_known(cls: type, state: object) -> type:
+    if _known_classes is not None and cls in _known_classes:
+        return cls
+    from cloudpickle import cloudpickle
+
+    result: type = cloudpickle._class_setstate(cls, state)
+    return result
+
+
 def dumps(obj: object) -> bytes:
     """A plain pickle (protocol 5); channel ends in obj are refused (EndNotPicklableError)."""
     return (_pickle or _load_pickle()).dumps(obj, protocol=5)
@@ -139,11 +186,16 @@ def dumps_ends(obj: object) -> tuple[bytes, list[object]]:
     """(pickle of obj, the channel ends it refers to), for the transfer encoder."""
     pickle = _pickle or _load_pickle()
     try:
-        return pickle.dumps(obj, protocol=5), []
+        data = pickle.dumps(obj, protocol=5)
     except _EndNotPicklable:
         # Rare: ends inside a pickled object. The plain pickler is the fast
         # path (no Python call per object); only these values pay for the hook.
         return _dumps_collecting(obj, None)
+    except Exception as exc:  # noqa: BLE001 - raised again unless it is a class of main
+        return _by_value_or_raise(obj, None, exc)
+    if main_importer is None and b"__main__" in data and _main_is_interactive():
+        return _by_value_or_raise(obj, None, None)
+    return data, []
 
 
 def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list[object], list[object]]:
@@ -163,11 +215,114 @@ def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list[object], list[ob
         return False
 
     try:
-        return pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band), oob, []
+        data = pickle.dumps(obj, protocol=5, buffer_callback=keep_in_band)
     except _EndNotPicklable:
         oob.clear()
         data, ends = _dumps_collecting(obj, keep_in_band)
         return data, oob, ends
+    except Exception as exc:  # noqa: BLE001 - raised again unless it is a class of main
+        oob.clear()
+        data, ends = _by_value_or_raise(obj, keep_in_band, exc)
+        return data, oob, ends
+    if main_importer is None and b"__main__" in data and _main_is_interactive():
+        oob.clear()
+        data, ends = _by_value_or_raise(obj, keep_in_band, None)
+        return data, oob, ends
+    return data, oob, []
+
+
+# A pickler (cloudpickle's) that sends classes and functions of an interactive
+# __main__ by value, and everything else as the plain pickler does.
+_ValuePickler: "Any" = None
+
+
+def _value_pickler() -> "Any":
+    """The by-value pickler class; ImportError without cloudpickle."""
+    global _ValuePickler
+    if _ValuePickler is None:
+        import pickle
+
+        import cloudpickle
+
+        from aiosubinterp import _core
+
+        end_type = _core.ChannelEnd
+        by_value = cloudpickle.Pickler.reducer_override
+        # cloudpickle's own test: whether an importable module holds obj.
+        by_reference = cloudpickle.cloudpickle._should_pickle_by_reference
+
+        class ValuePickler(cloudpickle.Pickler):  # type: ignore[misc]
+            if cloudpickle.Pickler.__mro__[1] is pickle._Pickler:
+                # The pure-Python pickler (_pickle does not load in a 3.12
+                # worker): cloudpickle's `dispatch` (its reducers) hides the
+                # save methods it looks up by type, and a function saved by
+                # reference would fail.
+                dispatch = pickle._Pickler.dispatch
+
+            def __init__(self, file, buffer_callback=None) -> None:
+                super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+                self.ends: list[object] = []
+
+            def reducer_override(self, obj: object) -> object:
+                if isinstance(obj, end_type):
+                    self.ends.append(obj)
+                    return _end_slot, (len(self.ends) - 1,)
+                if isinstance(obj, (type, _FunctionType)) and getattr(
+                        obj, "__module__", None) not in ("__main__", "builtins") \
+                        and not by_reference(obj):
+                    return NotImplemented  # fails by reference, as with the plain pickler
+                return by_value(self, obj)
+
+        _ValuePickler = ValuePickler
+    return _ValuePickler
+
+
+def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
+                       ) -> tuple[bytes, list[object]]:
+    """(pickle of obj with the classes and functions of an interactive __main__ by value,
+    the channel ends it refers to).
+
+    error is the plain pickler's failure, raised again if this fails too or
+    does not apply (only in main when __main__ is interactive, or in a worker
+    that has loaded something by value). error None: the plain pickle referred
+    to an interactive __main__, which no worker can import.
+    """
+    import io
+
+    if error is not None and not (_main_is_interactive() if main_importer is None
+                                  else "cloudpickle" in sys.modules):
+        raise error
+    try:
+        pickler_type = _value_pickler()
+    except ImportError:
+        if error is not None:
+            raise error from None
+        from aiosubinterp._errors import NotShareableError
+
+        raise NotShareableError(
+            f"cannot send {_a(obj)} to an interpreter: it is (or holds) an instance of a class, "
+            "or a function, defined in an interactive session, which a worker interpreter "
+            "cannot import. Put the class in a module (a .py file) and import it, or install "
+            "cloudpickle (pip install cloudpickle) to send it by value.") from None
+    file = io.BytesIO()
+    pickler = pickler_type(file, buffer_callback)
+    try:
+        pickler.dump(obj)
+    except Exception as exc:
+        if error is not None:
+            raise error from None
+        from aiosubinterp._errors import NotShareableError
+
+        raise NotShareableError(
+            f"cannot send {_a(obj)} by value to an interpreter: it is (or holds) an instance "
+            "of a class, or a function, defined in an interactive session, so it crosses with "
+            f"its class's code and the globals that uses, and a part of those cannot be "
+            f"pickled: {type(exc).__name__}: {exc}") from exc
+    return file.getvalue(), pickler.ends
+
+
+def _a(obj: object) -> str:
+    return f"a {type(obj).__qualname__}"
 
 
 def loads(data: bytes, buffers: list[object] | None = None,
@@ -608,6 +763,9 @@ def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseExce
             items += [(f"{path} key {k!r}", k), (f"{path}[{k!r}]", v)]
     elif type(value) in (set, frozenset):
         items = [(f"{path} item {v!r}", v) for v in value]  # type: ignore[attr-defined]
+    elif type(getattr(value, "__dict__", None)) is dict and not isinstance(value, type):
+        # An instance: its attributes (what its default pickling sends).
+        items = [(f"{path}.{k}", v) for k, v in vars(value).items()]
     else:
         return path, value, None
     for sub_path, item in items:
