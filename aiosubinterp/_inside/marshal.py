@@ -763,8 +763,11 @@ def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseExce
             items += [(f"{path} key {k!r}", k), (f"{path}[{k!r}]", v)]
     elif type(value) in (set, frozenset):
         items = [(f"{path} item {v!r}", v) for v in value]  # type: ignore[attr-defined]
-    elif type(getattr(value, "__dict__", None)) is dict and not isinstance(value, type):
-        # An instance: its attributes (what its default pickling sends).
+    elif (type(getattr(value, "__dict__", None)) is dict and not isinstance(value, type)
+          and _pickled_by_default(type(value))):
+        # An instance its class lets pickle send as it is: its attributes. A
+        # class with pickling of its own (socket, ssl.SSLSocket) keeps its own
+        # refusal, which says more than the attribute it trips on.
         items = [(f"{path}.{k}", v) for k, v in vars(value).items()]
     else:
         return path, value, None
@@ -775,6 +778,12 @@ def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseExce
             found, part, inner = _locate(item, sub_path, depth + 1)
             return found, part, inner or exc
     return path, value, None
+
+
+def _pickled_by_default(cls: type) -> bool:
+    """Whether pickle sends instances of cls as object's default does (their __dict__)."""
+    return (cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__
+            and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__)
 
 
 def _probe(value: object) -> None:
