@@ -738,6 +738,32 @@ def test_failing_initializer_is_logged_and_marks_the_executor_broken(caplog):
     ex.shutdown()
 
 
+def test_a_start_failing_while_the_program_exits_is_not_logged(caplog, monkeypatch):
+    # At exit (the exit hook set the flag and closed the executor) a worker's
+    # start that fails is not reported as a broken initializer: CPython refuses
+    # new interpreters once it finalizes, after shutdown(wait=False).
+    from aiosubinterp._engine import executor as _executor
+
+    r, w = os.pipe()
+    try:
+        ex = asi.InterpreterPoolExecutor(1, initializer=workfuncs.fail_init_after_read,
+                                         initargs=(r,))
+        with caplog.at_level("CRITICAL", logger="concurrent.futures"):
+            fut = ex.submit(workfuncs.square, 3)
+            monkeypatch.setattr(_executor, "_global_shutdown", True)
+            os.write(w, b"x")  # the initializer fails now
+            with pytest.raises(cf.thread.BrokenThreadPool):
+                fut.result(TIMEOUT)
+            ex._engine._closed.result(TIMEOUT)
+        # Broken as ever (set after the place the error would be logged).
+        assert isinstance(ex._broken, str) and "initializer says no, late" in ex._broken
+        assert not [rec for rec in caplog.records if rec.name == "concurrent.futures"]
+        ex.shutdown()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_threadpool_attributes():
     ex = asi.InterpreterPoolExecutor(3, thread_name_prefix="calc")
     try:

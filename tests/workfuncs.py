@@ -128,6 +128,12 @@ def fail_init():
     raise RuntimeError("initializer says no")
 
 
+def fail_init_after_read(fd):
+    """An initializer that fails once the test writes to the pipe."""
+    os.read(fd, 1)
+    raise RuntimeError("initializer says no, late")
+
+
 def main_var(name):
     return getattr(sys.modules["__main__"], name, None)
 

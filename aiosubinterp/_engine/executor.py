@@ -141,10 +141,15 @@ def _on_started(executor_ref: weakref.ref[Any], engine: _pool._Engine,
         return
     # Like ThreadPoolExecutor: the initializer's error is logged, then the
     # executor reads as broken (_broken), and it releases its completion
-    # thread and fds by itself; submit() keeps raising.
-    cause = engine._broken.__cause__ or engine._broken
-    _LOGGER.critical("Exception in initializer (or a preload import) of an interpreter; "
-                     "the InterpreterPoolExecutor is broken:", exc_info=cause)
+    # thread and fds by itself; submit() keeps raising. Not logged once the
+    # program exits and the exit hook closed this executor: a start failing
+    # then is no news (CPython refuses new interpreters once it finalizes:
+    # "Py_NewInterpreterFromConfig failed" was logged as a broken initializer
+    # after shutdown(wait=False)).
+    if not _global_shutdown:
+        cause = engine._broken.__cause__ or engine._broken
+        _LOGGER.critical("Exception in initializer (or a preload import) of an interpreter; "
+                         "the InterpreterPoolExecutor is broken:", exc_info=cause)
     executor = executor_ref()
     if executor is not None:
         executor._broken_message = str(_broken_error(engine))
