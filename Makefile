@@ -28,7 +28,8 @@
 #   make venv       only build the venvs (and the extension in place)
 #   make clean      remove venvs, build products and stamps
 #
-# Variables: PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
+# Variables: INSTALL (wheel, the default, or editable: how the venvs get the
+# project, see .ext.stamp), PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
 # PYTHON_VERSIONS (here: default "3.13 3.12"; for `make test`, the minor
 # versions looked for here, default all supported; "3.13t" names the
 # free-threaded build, see .deps.stamp below), SID_VERSIONS (`make
@@ -45,9 +46,10 @@
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
 #                        names (build requirements, dependencies, the $(EXTRAS)
 #                        extras: test, bench, demo); redone when pyproject.toml changes
-#   .venv-X/.ext.stamp   `pip install -e .` of the project, which builds
-#                        aiosubinterp/_core*.so in place; redone when ext/,
-#                        setup.py, pyproject.toml or the build switches change
+#   .venv-X/.ext.stamp   the project installed: by default a wheel built from
+#                        its sdist (INSTALL=wheel; INSTALL=editable for
+#                        development, see the rule); redone when what it is
+#                        built from or the build switches change
 # so a second `make test` installs and compiles nothing.
 
 SHELL := /bin/bash
@@ -76,7 +78,7 @@ TEST_WALL_TIMEOUT ?= 2100
 
 EXT_SOURCES := $(wildcard ext/*.pyx ext/*.pxi ext/*.pxd ext/includes/*)
 VENVS := $(foreach v,$(PYTHON_VERSIONS),.venv-$(v))
-BUILD_SWITCHES := debug=$(AIOSUBINTERP_DEBUG) sanitize=$(AIOSUBINTERP_SANITIZE)
+BUILD_SWITCHES = debug=$(AIOSUBINTERP_DEBUG) sanitize=$(AIOSUBINTERP_SANITIZE) install=$(INSTALL)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
@@ -133,16 +135,33 @@ $(addprefix venv-,$(PYTHON_VERSIONS)): venv-%: .venv-%/.ext.stamp
 .venv-%/.build-switches: .venv-%/.deps.stamp FORCE
 	@if [ "$$(cat $@ 2>/dev/null)" != "$(BUILD_SWITCHES)" ]; then echo "$(BUILD_SWITCHES)" > $@; fi
 
-# Editable install of the project: builds aiosubinterp/_core*.so in place
-# (setuptools copies it into the source tree), puts the project root on the
-# venv's sys.path (a static .pth, also seen by subinterpreters) and installs
-# the console script. No build isolation: the venv's setuptools and Cython.
-# Cython regenerates ext/_core.c only when a .pyx/.pxi/.pxd changed; the C
-# file is compiled afresh each time (one translation unit).
+# The project in the venv, as $(INSTALL) says:
+#   wheel     (the default; what `make test` and CI test) the sdist of this
+#             checkout, unpacked into an empty folder, builds a binary wheel,
+#             which is installed where no C compiler can be found
+#             (scripts/install-wheel.sh): the suite tests what ships. Redone
+#             when anything that goes into the sdist changes.
+#   editable  for development: `pip install -e .` builds
+#             src/aiosubinterp/_core*.so in place and puts src/ on the venv's
+#             sys.path (a static .pth, also seen by subinterpreters), so an
+#             edit of a .py file needs no reinstall. Redone when ext/,
+#             setup.py or pyproject.toml change.
+# No build isolation either way: the venv's setuptools and Cython.
+INSTALL ?= wheel
+ifeq ($(INSTALL),wheel)
+SHIPPED_SOURCES := $(shell find src -type f ! -name '*.so' ! -name '*.py[co]' ! -path '*.egg-info/*') MANIFEST.in README.md LICENSE
+else ifneq ($(INSTALL),editable)
+$(error INSTALL=$(INSTALL): use INSTALL=wheel (the default) or INSTALL=editable)
+endif
+
 .venv-%/.ext.stamp: .venv-%/.deps.stamp .venv-%/.build-switches pyproject.toml setup.py \
-		aiosubinterp/_version.py $(EXT_SOURCES)
+		src/aiosubinterp/_version.py $(EXT_SOURCES) $(SHIPPED_SOURCES)
+ifeq ($(INSTALL),wheel)
+	bash scripts/install-wheel.sh .venv-$*
+else
 	.venv-$*/bin/python -m pip install -v --no-build-isolation --no-deps -e .
 	$(RUN_ENV) .venv-$*/bin/python -c 'import aiosubinterp._core as m; print("built", m.__file__)'
+endif
 	@touch $@
 
 # Every supported Python, here and in the Debian root; see the script.
@@ -168,7 +187,7 @@ test-here: venv
 	for v in $(PYTHON_VERSIONS); do \
 	    echo "=== pytest on Python $$v ($$(.venv-$$v/bin/python -V)) ==="; \
 	    rc=0; \
-	    $(RUN_ENV) timeout --foreground -k 30 $(TEST_WALL_TIMEOUT) .venv-$$v/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	    AIOSUBINTERP_TEST_INSTALL=$(INSTALL) $(RUN_ENV) timeout --foreground -k 30 $(TEST_WALL_TIMEOUT) .venv-$$v/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	    case $$rc in \
 	        0) ;; \
 	        5) echo "ERROR: pytest on Python $$v collected no tests (exit 5)"; failed="$$failed $$v";; \
@@ -233,7 +252,7 @@ DIST_CHECK_TOOLS := twine==7.0.0 trove-classifiers==2026.9.21.13
 	.venv-dist-$*/bin/python -m pip install -q $(DIST_TOOLS) $(if $(filter $(DIST_TOOLS_PYTHON),$*),$(DIST_CHECK_TOOLS))
 	@touch $@
 
-# Static analysis only (mkdocs.yml: paths ["."], allow_inspection false), so
+# Static analysis only (mkdocs.yml: paths ["src"], allow_inspection false), so
 # the site builds on any machine with Python 3.13 and the registry, in ~10 s
 # from nothing. --strict: a broken reference, a missing page or a griffe
 # warning about a docstring fails the build.
@@ -254,6 +273,6 @@ docs: .venv-docs/.docs.stamp
 
 clean:
 	rm -rf .venv-3.* .venv-dist-* .venv-docs site build dist *.egg-info
-	rm -f aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
+	rm -f src/aiosubinterp/*.so ext/*.so ext/_core.c ext/_core.html
 
 FORCE:

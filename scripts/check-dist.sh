@@ -49,7 +49,7 @@ trap 'rm -rf "$WORK"' EXIT
 shopt -s nullglob
 sdists=(dist/aiosubinterp-*.tar.gz)
 [[ ${#sdists[@]} == 1 ]] || die "expected one sdist in dist/ (run make dist first)"
-version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' aiosubinterp/_version.py)"
+version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/aiosubinterp/_version.py)"
 
 # pyproject.toml's requirement for each of RUNNER_PACKAGES (its test extra).
 runner_requirements() {
@@ -60,25 +60,6 @@ names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower(): r for r in test}
 for name in sys.argv[1:]:
     print(names.get(name, name))
 PY
-}
-
-# A folder of links to every program on PATH but the C and C++ compilers.
-no_compiler_bin() {
-    local bin="$1" dir f name
-    mkdir -p "$bin"
-    IFS=: read -r -a dirs <<<"$PATH"
-    for dir in "${dirs[@]}"; do
-        [[ -d "$dir" ]] || continue
-        for f in "$dir"/*; do
-            name="$(basename "$f")"
-            [[ -x "$f" && ! -d "$f" && ! -e "$bin/$name" ]] || continue
-            case "$name" in
-                cc|c++|c89|c99|gcc|g++|cpp|tcc|clang|clang++|icc|icx) continue ;;
-                gcc-*|g++-*|clang-*|*-gcc|*-gcc-*|*-g++|*-g++-*|*-cc|*-c++) continue ;;
-            esac
-            ln -s "$f" "$bin/$name"
-        done
-    done
 }
 
 # 1. One Python's wheel, installed where no compiler can be found (a process
@@ -101,7 +82,7 @@ wheel_check() {
         mapfile -t reqs < <(printf '%s\n' "${reqs[@]}" | grep -v '^uvloop')
     fi
     no_cc="$WORK/no-cc-bin"
-    no_compiler_bin "$no_cc"
+    bash "$PROJECT/scripts/no-compiler.sh" "$no_cc"
     export PATH="$venv/bin:$no_cc" CC=false CXX=false
     unset PYTHONPATH
     if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then

@@ -33,7 +33,7 @@ from trove_classifiers import classifiers as KNOWN_CLASSIFIERS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 VERSION = re.search(r'^__version__ = "(.*)"$',
-                    (ROOT / "aiosubinterp" / "_version.py").read_text(), re.M)
+                    (ROOT / "src" / "aiosubinterp" / "_version.py").read_text(), re.M)
 SUPPORTED = ("3.12", "3.13", "3.14", "3.15")
 
 

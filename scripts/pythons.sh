@@ -235,7 +235,7 @@ run() {
         set -e
         tag="$1"; shift
         mkdir -p "/src/$tag"
-        rsync -a --delete --exclude="/.venv-*" --exclude="/aiosubinterp/*.so" --exclude="/build" \
+        rsync -a --delete --exclude="/.venv-*" --exclude="/src/aiosubinterp/*.so" --exclude="/build" \
             --exclude="*.egg-info" --exclude="/ext/_core.c" --exclude="/ext/_core.html" \
             --exclude="__pycache__" --exclude=".git" "/mnt/project-$tag/" "/src/$tag/"
         cd "/src/$tag"

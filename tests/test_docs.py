@@ -176,7 +176,7 @@ def test_the_reference_documents_every_public_name_once_and_nothing_private():
 
 def _stub_docstrings() -> dict[str, str]:
     """Docstrings of _core.pyi's functions, classes and their members, by dotted name."""
-    tree = ast.parse((ROOT / "aiosubinterp" / "_core.pyi").read_text())
+    tree = ast.parse((ROOT / "src" / "aiosubinterp" / "_core.pyi").read_text())
     docs = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node):
@@ -308,7 +308,7 @@ def test_the_layout_in_how_it_works_names_every_module():
     # of the package is in it, and everything it names exists.
     text = (ROOT / "docs" / "explanation" / "how-it-works.md").read_text(encoding="utf-8")
     block = text.split("```\naiosubinterp/\n", 1)[1].split("```", 1)[0]
-    package = ROOT / "aiosubinterp"
+    package = ROOT / "src" / "aiosubinterp"
     missing = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package)

@@ -25,7 +25,7 @@ pytest_plugins = ["pytester"]
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
-PACKAGE = os.path.join(ROOT, "aiosubinterp")
+PACKAGE = os.path.dirname(os.path.abspath(asi.__file__))  # the installed package
 OUR_MACHINERY = (os.path.join(PACKAGE, "_inside") + os.sep,
                  os.path.join(PACKAGE, "_process", "worker.py"))
 

@@ -112,7 +112,7 @@ def _package_imports(path: pathlib.Path) -> set[str]:
 def test_no_import_cycle_between_the_package_modules():
     # Imports inside functions and `if TYPE_CHECKING:` blocks do not count:
     # they run after both modules exist.
-    package = EXT.parent / "aiosubinterp"
+    package = EXT.parent / "src" / "aiosubinterp"
     # Subpackages too (aiosubinterp.demo.zoo); a package is named by its __init__.py.
     modules = {".".join(("aiosubinterp", *p.relative_to(package).with_suffix("").parts))
                .removesuffix(".__init__"): p for p in package.rglob("*.py")
@@ -181,7 +181,7 @@ def test_sources_name_no_reference_a_reader_cannot_open():
 def test_modules_are_imported_under_their_own_names():
     # `from aiosubinterp.X import mod as _mod`: a reader finds the module by the
     # name the code uses (no `hub as _loop` left over from an older layout).
-    package = EXT.parent / "aiosubinterp"
+    package = EXT.parent / "src" / "aiosubinterp"
     pattern = re.compile(r"from aiosubinterp(?:\.[\w.]+)? import (\w+) as (\w+)")
     wrong = []
     for path in sorted(package.rglob("*.py")):
