@@ -69,9 +69,11 @@ def test_the_suite_tests_the_package_the_makefile_installed():
     # A child process started the way the tests start them (the checkout's
     # root and tests/ on PYTHONPATH, its working folder the root) imports
     # the installed package too: the root holds no importable package.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PYPROJECT.parent), str(PYPROJECT.parent / "tests")]))
-    proc = subprocess.run([sys.executable, "-c", "import aiosubinterp._core as c; print(c.__file__)"],
-                          capture_output=True, text=True, timeout=60, env=env, cwd=PYPROJECT.parent)
+    root = PYPROJECT.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    code = "import aiosubinterp._core as c; print(c.__file__)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == aiosubinterp._core.__file__
 
