@@ -27,7 +27,11 @@ import asyncio
 import sys
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
 import _work
 
 MAIN = "main loop only"
@@ -44,7 +48,7 @@ def contender(kind: str):
 
         async def timed(submit) -> dict[str, Any]:
             await asyncio.gather(*(submit(_work.io_then_spin, 0.0, n) for _ in range(4)))
-            with _common.Meter() as meter:
+            with _machine.Meter() as meter:
                 results = await asyncio.gather(*(submit(_work.io_then_spin, delay, n)
                                                  for _ in range(tasks)))
             if results != [expected] * tasks:
@@ -61,9 +65,10 @@ def contender(kind: str):
 
                 c = 1 if kind == C1 else conc
                 async with aiosubinterp.InterpreterPool(
-                        _common.WORKERS, concurrency_per_interpreter=c) as pool:
+                        _contenders.WORKERS, concurrency_per_interpreter=c) as pool:
                     out = await timed(pool.submit)
-                out["info"] = f"InterpreterPool({_common.WORKERS}, concurrency_per_interpreter={c})"
+                out["info"] = (f"InterpreterPool({_contenders.WORKERS}, "
+                               f"concurrency_per_interpreter={c})")
                 return out
             import aiomultiprocess
 
@@ -72,35 +77,35 @@ def contender(kind: str):
                 import uvloop
 
                 init = uvloop.new_event_loop
-            async with aiomultiprocess.Pool(processes=_common.WORKERS, childconcurrency=conc,
+            async with aiomultiprocess.Pool(processes=_contenders.WORKERS, childconcurrency=conc,
                                             loop_initializer=init) as pool:
                 out = await timed(lambda fn, *args: pool.apply(fn, args))
-            out["info"] = (f"aiomultiprocess.Pool({_common.WORKERS}, childconcurrency={conc}) "
+            out["info"] = (f"aiomultiprocess.Pool({_contenders.WORKERS}, childconcurrency={conc}) "
                            "(spawn)")
             return out
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "median tasks/s", "min", "max", "c=N vs it",
-                           *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "median tasks/s", "min", "max", "c=N vs it",
+                           *_report.LOAD_HEADERS])
     med: dict[str, float] = {}
     for name, good in table.each(results):
-        rates = _common.collect(good, "rate")
-        med[name] = _common.median(rates)
-        table.add(name, *_common.rate_cells(rates), "", *_common.load_cells(good))
+        rates = _stats.collect(good, "rate")
+        med[name] = _stats.median(rates)
+        table.add(name, *_report.rate_cells(rates), "", *_report.load_cells(good))
     ours = med.get(CN)
     if ours:
         for name, rate in med.items():
-            table.set(name, 4, _common.fmt_ratio(ours / rate))
+            table.set(name, 4, _report.fmt_ratio(ours / rate))
     targets = [
-        _common.Target("(info) c=N tasks/s / aiomultiprocess c=N",
-                       _common.ratio(ours, med.get(AMP)),
+        _report.Target("(info) c=N tasks/s / aiomultiprocess c=N",
+                       _stats.ratio(ours, med.get(AMP)),
                        ">=", 1.0, note="the same childconcurrency, 2 workers each"),
-        _common.Target("(info) c=N tasks/s / c=1", _common.ratio(ours, med.get(C1)), ">=", 1.0,
+        _report.Target("(info) c=N tasks/s / c=1", _stats.ratio(ours, med.get(C1)), ">=", 1.0,
                        note="what concurrency_per_interpreter buys"),
     ]
     notes = [
@@ -108,14 +113,14 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"{params['spin']:,}) "
         f"submitted at once, N = {params['conc']}; rates are medians over {params['rounds']} "
         "rounds.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
+    return _report.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_async_io: I/O-bound coroutines with a CPU part, several per worker",
         contenders={name: contender(name) for name in NAMES},

@@ -40,7 +40,11 @@ import time
 from typing import Any
 
 import _bufwork
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
 
 NAMES = ["aiosubinterp", "to_thread", "procpool-fork", "shm", "stdlib-executor",
          "stdlib-interpreters", "aiointerpreters"]
@@ -53,7 +57,7 @@ def contender(kind: str):
         async def body() -> dict[str, Any]:
             out: dict[str, Any] = {}
             runner_kind = "procpool-fork" if kind == "shm" else kind
-            async with _common.open_runner(runner_kind, loop) as runner:
+            async with _contenders.open_runner(runner_kind, loop) as runner:
                 for mib, op in CASES:
                     payload = b"\x5a" * (mib * MIB)
                     n = params["n_small"] if mib == 1 else params["n_large"]
@@ -66,8 +70,8 @@ def contender(kind: str):
                     samples = []
                     peak = None
                     if kind == "aiosubinterp" and mib == 64 and op == "echo":
-                        base = _common.rss_kib()
-                        have_peak = _common.clear_peak_rss()
+                        base = _machine.rss_kib()
+                        have_peak = _machine.clear_peak_rss()
                     for _ in range(n):
                         t0 = time.perf_counter_ns()
                         size = await call()
@@ -75,7 +79,7 @@ def contender(kind: str):
                         if size != len(payload):
                             raise AssertionError(f"{kind} {op}: got {size} bytes back")
                     if kind == "aiosubinterp" and mib == 64 and op == "echo" and have_peak:
-                        peak = _common.peak_rss_kib() - base
+                        peak = _machine.peak_rss_kib() - base
                     out[f"{mib}MiB-{op}"] = samples
                     if peak is not None:
                         out["peak_kib"] = peak
@@ -83,7 +87,7 @@ def contender(kind: str):
                 out["info"] = runner.info
             return out
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
@@ -114,19 +118,19 @@ def _make_call(kind, runner, fn, op, payload):
     return call_shm
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     headers = ["contender"]
     for mib, op in CASES:
         headers += [f"{mib} MiB {op} p50 µs", "p99 µs"]
-    table = _common.Table(headers)
+    table = _report.Table(headers)
     stats: dict[tuple[str, str], dict[str, float]] = {}
     peaks = []
     for name, good in table.each(results):
         cells = []
         for mib, op in CASES:
             key = f"{mib}MiB-{op}"
-            s = stats[(name, key)] = _common.summarize(_common.collect(good, key))
-            cells += _common.latency_cells(s)
+            s = stats[(name, key)] = _stats.summarize(_stats.collect(good, key))
+            cells += _report.latency_cells(s)
         table.add(name, *cells)
         peaks += [r["peak_kib"] for r in good if "peak_kib" in r]
 
@@ -135,22 +139,22 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
     ours = p50("aiosubinterp", "64MiB-echo")
     targets = [
-        _common.Target("64 MiB echo: fork pool's p50 / ours",
-                       _common.ratio(p50("procpool-fork", "64MiB-echo"), ours), ">=", 100,
+        _report.Target("64 MiB echo: fork pool's p50 / ours",
+                       _stats.ratio(p50("procpool-fork", "64MiB-echo"), ours), ">=", 100,
                        note="ProcessPoolExecutor(fork)"),
-        _common.Target("64 MiB echo: ours / to_thread's p50",
-                       _common.ratio(ours, p50("to_thread", "64MiB-echo")), "<=", 10,
+        _report.Target("64 MiB echo: ours / to_thread's p50",
+                       _stats.ratio(ours, p50("to_thread", "64MiB-echo")), "<=", 10,
                        note="asyncio.to_thread"),
-        _common.Target("peak RSS growth during 64 MiB echoes", max(peaks) / 1024 if peaks else None,
+        _report.Target("peak RSS growth during 64 MiB echoes", max(peaks) / 1024 if peaks else None,
                        "<", 16, unit=" MiB", note="VmHWM over resident payload"),
-        _common.Target("(info) 64 MiB echo: stdlib executor's p50 / ours",
-                       _common.ratio(p50("stdlib-executor", "64MiB-echo"), ours), ">=", 1,
+        _report.Target("(info) 64 MiB echo: stdlib executor's p50 / ours",
+                       _stats.ratio(p50("stdlib-executor", "64MiB-echo"), ours), ">=", 1,
                        note="3.14+: InterpreterPoolExecutor"),
-        _common.Target("(info) 64 MiB echo: stdlib interpreters' p50 / ours",
-                       _common.ratio(p50("stdlib-interpreters", "64MiB-echo"), ours), ">=", 1,
+        _report.Target("(info) 64 MiB echo: stdlib interpreters' p50 / ours",
+                       _stats.ratio(p50("stdlib-interpreters", "64MiB-echo"), ours), ">=", 1,
                        note="3.14+: interp.call"),
-        _common.Target("(info) 64 MiB echo: shm's p50 / ours",
-                       _common.ratio(p50("shm", "64MiB-echo"), ours), ">=", 1,
+        _report.Target("(info) 64 MiB echo: shm's p50 / ours",
+                       _stats.ratio(p50("shm", "64MiB-echo"), ours), ">=", 1,
                        note="informational, no target"),
     ]
     notes = [
@@ -159,13 +163,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"{params['rounds']} rounds.",
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes,
+    return _report.Report([table.section()], targets, notes,
                           {"stats": {f"{k[0]} {k[1]}": v for k, v in stats.items()},
                            "peak_kib": peaks})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_buffer: 1 MiB and 64 MiB to a worker and back",
         contenders={name: contender(name) for name in NAMES},

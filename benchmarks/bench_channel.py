@@ -37,7 +37,10 @@ import time
 from typing import Any
 
 import _chanwork
-import _common
+import _contenders
+import _harness
+import _report
+import _stats
 
 NAMES = ["aiosubinterp", "mp.Queue", "thread+asyncio.Queue"]
 MIB = 1 << 20
@@ -106,7 +109,7 @@ def _ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
             out["ping_us"] = lat
         return out
 
-    return _common.run_async(body, loop)
+    return _contenders.run_async(body, loop)
 
 
 def _mpq(params: dict[str, Any], loop: str) -> dict[str, Any]:
@@ -209,44 +212,44 @@ def _thread(params: dict[str, Any], loop: str) -> dict[str, Any]:
             out[key] = got / dt if key == "small_i2l" else total / MIB / dt
         return out
 
-    return _common.run_async(body, loop)
+    return _contenders.run_async(body, loop)
 
 
 CONTENDERS = {"aiosubinterp": _ours, "mp.Queue": _mpq, "thread+asyncio.Queue": _thread}
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "small items/s interp->loop",
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "small items/s interp->loop",
                            "small items/s loop->interp", "1 MiB MB/s interp->loop",
                            "1 MiB MB/s loop->interp", "ping-pong p50 us", "ping-pong p99 us"])
     med: dict[str, dict[str, float]] = {}
     keys = ["small_i2l", "small_l2i", "big_i2l", "big_l2i"]
     for name, good in table.each(results):
-        m = {k: _common.median(_common.collect(good, k)) if k in good[0] else float("nan")
+        m = {k: _stats.median(_stats.collect(good, k)) if k in good[0] else float("nan")
              for k in keys}
         if "ping_us" in good[0]:
-            s = _common.summarize(_common.collect(good, "ping_us"))
+            s = _stats.summarize(_stats.collect(good, "ping_us"))
             m["ping_p50"], m["ping_p99"] = s["p50"], s["p99"]
         med[name] = m
-        table.add(name, *(_common.fmt(m[k], 0) for k in keys),
-                  _common.fmt(m.get("ping_p50"), 1), _common.fmt(m.get("ping_p99"), 1))
+        table.add(name, *(_report.fmt(m[k], 0) for k in keys),
+                  _report.fmt(m.get("ping_p50"), 1), _report.fmt(m.get("ping_p99"), 1))
     ours = med.get("aiosubinterp", {})
     mpq = med.get("mp.Queue", {})
     thr = med.get("thread+asyncio.Queue", {})
-    r = _common.ratio
+    r = _stats.ratio
     targets = [
-        _common.Target("small items/s interp->loop / mp.Queue's",
+        _report.Target("small items/s interp->loop / mp.Queue's",
                        r(ours.get("small_i2l"), mpq.get("small_i2l")), ">=", 5,
                        note="multiprocessing.Queue, child process -> parent"),
-        _common.Target("small items/s interp->loop / thread+asyncio.Queue's",
+        _report.Target("small items/s interp->loop / thread+asyncio.Queue's",
                        r(ours.get("small_i2l"), thr.get("small_i2l")), ">=", 2,
                        note="thread feeding asyncio.Queue via call_soon_threadsafe"),
-        _common.Target("rendezvous ping-pong p50 (round trip)", ours.get("ping_p50", float("nan")),
+        _report.Target("rendezvous ping-pong p50 (round trip)", ours.get("ping_p50", float("nan")),
                        "<", 50, unit="us", note="absolute"),
-        _common.Target("1 MiB MB/s interp->loop / mp.Queue's",
+        _report.Target("1 MiB MB/s interp->loop / mp.Queue's",
                        r(ours.get("big_i2l"), mpq.get("big_i2l")), ">=", 3,
                        note="multiprocessing.Queue"),
-        _common.Target("1 MiB MB/s loop->interp / mp.Queue's",
+        _report.Target("1 MiB MB/s loop->interp / mp.Queue's",
                        r(ours.get("big_l2i"), mpq.get("big_l2i")), ">=", 3,
                        note="multiprocessing.Queue"),
     ]
@@ -259,11 +262,11 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "thread+asyncio.Queue: items are shared objects (no copy); it only measures the "
         "thread -> loop direction.",
     ]
-    return _common.Report([table.section()], targets, notes, {"medians": med})
+    return _report.Report([table.section()], targets, notes, {"medians": med})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_channel: channel items/s, MB/s and ping-pong latency",
         contenders=CONTENDERS,

@@ -52,7 +52,10 @@ import threading
 import time
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _report
+import _stats
 import _work
 
 NAMES = ["aiosubinterp", "stdlib"]
@@ -90,7 +93,7 @@ def _instrumented_bootstrap(source: str, fd: int) -> str:
 def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
     import aiosubinterp
 
-    _pool = _common.pool_module()
+    _pool = _contenders.pool_module()
     pool_class = aiosubinterp.InterpreterPool
     rfd, wfd = os.pipe()
     marks: dict[str, list[tuple[int, float]]] = {}
@@ -123,7 +126,7 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
         await asyncio.sleep(0)
         c0 = time.process_time()
         t0 = time.perf_counter()
-        async with pool_class(size=_common.WORKERS) as pool:
+        async with pool_class(size=_contenders.WORKERS) as pool:
             t_ready = time.perf_counter()
             r = await pool.run(_work.noop, 1)
             t_first = time.perf_counter()
@@ -133,7 +136,7 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
         return {"t0": t0, "t_ready": t_ready, "t_first": t_first, "cpu": cpu}
 
     try:
-        res = _common.run_async(body, loop)
+        res = _contenders.run_async(body, loop)
     finally:
         _pool._BOOTSTRAP = real_bootstrap
     os.close(wfd)
@@ -152,8 +155,8 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
     pairs = sorted((t, began[ident]) for ident, t in marks.get("ready", []))
     readies = [ready for ready, _ in pairs]
     starts = [start for _, start in pairs]
-    if len(boots) != _common.WORKERS or len(pairs) != _common.WORKERS:
-        raise AssertionError(f"expected {_common.WORKERS} workers, saw boots {boots} and "
+    if len(boots) != _contenders.WORKERS or len(pairs) != _contenders.WORKERS:
+        raise AssertionError(f"expected {_contenders.WORKERS} workers, saw boots {boots} and "
                              f"marks {marks}")
     workers = sorted(boots.values(), key=lambda b: b["worker"])
     t0 = res["t0"]
@@ -174,7 +177,7 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
         "first_result_ms": (res["t_first"] - t0) * ms,
         "cpu_ms": res["cpu"] * ms,
         "w1_ready_ms": (readies[0] - t0) * ms,
-        "info": f"InterpreterPool(size={_common.WORKERS}), {_pool.__file__}",
+        "info": f"InterpreterPool(size={_contenders.WORKERS}), {_pool.__file__}",
     }
 
 
@@ -229,7 +232,7 @@ def run_stdlib(params: dict[str, Any], loop: str) -> dict[str, Any]:
             raise AssertionError(f"noop(1) returned {r!r}")
         return {"t0": t0, "t_first": t_first, "cpu": cpu}
 
-    res = _common.run_async(body, loop)
+    res = _contenders.run_async(body, loop)
     ms = 1000.0
     parts = {"create": (stamps["created"] - res["t0"]) * ms,
              "first call": (stamps["called"] - stamps["created"]) * ms,
@@ -259,7 +262,7 @@ def run_ours_at_once(params: dict[str, Any], loop: str) -> dict[str, Any]:
         await asyncio.sleep(0)
         c0 = time.process_time()
         t0 = time.perf_counter()
-        pool = pool_class(size=_common.WORKERS)
+        pool = pool_class(size=_contenders.WORKERS)
         try:
             r = await pool.run(_work.noop, 1)
             t_first = time.perf_counter()
@@ -270,11 +273,11 @@ def run_ours_at_once(params: dict[str, Any], loop: str) -> dict[str, Any]:
             raise AssertionError(f"noop(1) returned {r!r}")
         return {"t0": t0, "t_first": t_first, "cpu": cpu}
 
-    res = _common.run_async(body, loop)
+    res = _contenders.run_async(body, loop)
     ms = 1000.0
     return {"parts": {"first result": (res["t_first"] - res["t0"]) * ms},
             "first_result_ms": (res["t_first"] - res["t0"]) * ms, "cpu_ms": res["cpu"] * ms,
-            "info": f"InterpreterPool(size={_common.WORKERS}) then at once pool.run(noop, 1), "
+            "info": f"InterpreterPool(size={_contenders.WORKERS}) then at once pool.run(noop, 1), "
                     "no async with / start()"}
 
 
@@ -282,51 +285,51 @@ CONTENDERS = {"aiosubinterp": run_ours, "aiosubinterp, run at once": run_ours_at
               "stdlib": run_stdlib}
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     tables = []
     summary: dict[str, Any] = {}
     infos = []
     first: dict[str, float] = {}
     cpu: dict[str, float] = {}
     for name, rounds in results.items():
-        good, error = _common.ok_rounds(rounds)
+        good, error = _stats.ok_rounds(rounds)
         if not good:
             tables.append((f"{name}:", ["part", "median ms"],
-                           [["error", _common.error_cell(error or "no result")]]))
+                           [["error", _report.error_cell(error or "no result")]]))
             continue
         names = {"aiosubinterp": OURS_PARTS, "stdlib": STDLIB_PARTS}.get(name, ["first result"])
         rows = []
         parts = {}
         for part in names:
             values = [r["parts"][part] for r in good]
-            parts[part] = _common.median(values)
-            rows.append([part, *_common.quartile_cells(values)])
-        totals = _common.collect(good, "first_result_ms")
-        s = _common.summarize(totals)
+            parts[part] = _stats.median(values)
+            rows.append([part, *_report.quartile_cells(values)])
+        totals = _stats.collect(good, "first_result_ms")
+        s = _stats.summarize(totals)
         first[name] = s["p50"]
-        rows.append(["= first result (median of totals)", *_common.quartile_cells(totals)])
+        rows.append(["= first result (median of totals)", *_report.quartile_cells(totals)])
         keys = [("cpu_ms", "(CPU time of the process, all threads)")]
         if name == "aiosubinterp":
             keys += [("w1_ready_ms", "(first worker ready)"), ("ready_ms", "(async with returned)")]
         for key, label in keys:
-            rows.append([label, *_common.quartile_cells(_common.collect(good, key))])
+            rows.append([label, *_report.quartile_cells(_stats.collect(good, key))])
         failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
         tables.append((f"{name}{failed} ({len(good)} fresh processes):",
                        ["part", "median ms", "p25", "p75"], rows))
-        cpu[name] = _common.median(_common.collect(good, "cpu_ms"))
+        cpu[name] = _stats.median(_stats.collect(good, "cpu_ms"))
         summary[name] = {"parts_median_ms": parts, "first_result_ms": s, "cpu_ms": cpu[name]}
         for key, _ in keys[1:]:
-            summary[name][key] = _common.median(_common.collect(good, key))
+            summary[name][key] = _stats.median(_stats.collect(good, key))
         infos.append(f"{name}: {good[0]['info']}")
-    targets = [_common.Target("first result / stdlib interpreter's",
-                              _common.ratio(first.get("aiosubinterp"), first.get("stdlib")),
+    targets = [_report.Target("first result / stdlib interpreter's",
+                              _stats.ratio(first.get("aiosubinterp"), first.get("stdlib")),
                               "<=", 1.0, note="create + first call, same Python, p50"),
-               _common.Target("(info) run at once: first result / stdlib interpreter's",
-                              _common.ratio(first.get("aiosubinterp, run at once"),
-                                            first.get("stdlib")),
+               _report.Target("(info) run at once: first result / stdlib interpreter's",
+                              _stats.ratio(first.get("aiosubinterp, run at once"),
+                                           first.get("stdlib")),
                               "<=", 1.0, note="no async with: the first ready worker runs it"),
-               _common.Target("(info) CPU time to first result / stdlib's",
-                              _common.ratio(cpu.get("aiosubinterp"), cpu.get("stdlib")), "<=", 1.0,
+               _report.Target("(info) CPU time to first result / stdlib's",
+                              _stats.ratio(cpu.get("aiosubinterp"), cpu.get("stdlib")), "<=", 1.0,
                               note="process CPU time, all threads: less load-dependent")]
     notes = [
         f"{params['rounds']} fresh processes per contender; each part is the median over them "
@@ -335,11 +338,11 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "_new_worker() call to the bootstrap's first line on the worker thread.",
         *infos,
     ]
-    return _common.Report(tables, targets, notes, summary)
+    return _report.Report(tables, targets, notes, summary)
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_coldstart: pool creation to first result, part by part, 2 workers",
         contenders=CONTENDERS,

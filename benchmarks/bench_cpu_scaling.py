@@ -31,7 +31,12 @@ import subprocess
 import sys
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
+import _timing
 import _work
 
 PLAIN = "2 plain processes"
@@ -53,7 +58,7 @@ print(time.process_time() - c0, ok, flush=True)
 
 
 def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
-    n, tasks, workers = params["n"], params["tasks"], _common.WORKERS
+    n, tasks, workers = params["n"], params["tasks"], _contenders.WORKERS
     per = tasks // workers
     meters = []
     for _ in range(params["batches"]):
@@ -65,7 +70,7 @@ def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
                 line = p.stdout.readline().strip()  # type: ignore[union-attr]
                 if line != "ready":
                     raise RuntimeError(f"plain process did not start: {line!r}")
-            with _common.Meter() as meter:
+            with _machine.Meter() as meter:
                 for p in procs:
                     p.stdin.write("go\n")  # type: ignore[union-attr]
                     p.stdin.flush()  # type: ignore[union-attr]
@@ -77,7 +82,7 @@ def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
         if not all(len(o) == 2 and o[1] == "True" for o in outs):
             raise AssertionError(f"plain processes reported {outs!r}")
         meters.append(meter)
-    return _common.batch_result(meters, tasks, f"{workers} x `python -c` (Popen), {per} tasks "
+    return _timing.batch_result(meters, tasks, f"{workers} x `python -c` (Popen), {per} tasks "
                                 "each, timed from 'go' to both done")
 
 
@@ -86,75 +91,75 @@ def pool_contender(kind: str):
         n, tasks = params["n"], params["tasks"]
 
         async def body() -> dict[str, Any]:
-            async with _common.open_runner(kind, loop) as runner:
+            async with _contenders.open_runner(kind, loop) as runner:
                 submit = runner.submit
                 await asyncio.gather(*(submit(_work.spin, n // 10)
-                                       for _ in range(_common.WORKERS)))
-                meters = await _common.time_batches_async(
+                                       for _ in range(_contenders.WORKERS)))
+                meters = await _timing.time_batches_async(
                     params["batches"],
                     lambda: asyncio.gather(*(submit(_work.spin, n) for _ in range(tasks))),
-                    _common.check_spin(n))
-                return _common.batch_result(meters, tasks, runner.info)
+                    _timing.check_spin(n))
+                return _timing.batch_result(meters, tasks, runner.info)
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "batch s (median)", "min", "max", "speedup vs serial",
-                           "vs plain processes", *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "batch s (median)", "min", "max", "speedup vs serial",
+                           "vs plain processes", *_report.LOAD_HEADERS])
     med: dict[str, float] = {}
     for name, good in table.each(results):
-        walls = _common.collect(good, "wall")
-        med[name] = _common.median(walls)
-        table.add(name, *_common.rate_cells(walls, 3), "", "", *_common.load_cells(good))
+        walls = _stats.collect(good, "wall")
+        med[name] = _stats.median(walls)
+        table.add(name, *_report.rate_cells(walls, 3), "", "", *_report.load_cells(good))
     serial = med.get("serial")
-    plain_speedup = _common.ratio(serial, med.get(PLAIN))
-    speedups = {name: _common.ratio(serial, m) for name, m in med.items()}
+    plain_speedup = _stats.ratio(serial, med.get(PLAIN))
+    speedups = {name: _stats.ratio(serial, m) for name, m in med.items()}
     for name, speedup in speedups.items():
-        table.set(name, 4, _common.fmt_ratio(speedup))
-        table.set(name, 5, _common.fmt_ratio(_common.ratio(speedup, plain_speedup)))
+        table.set(name, 4, _report.fmt_ratio(speedup))
+        table.set(name, 5, _report.fmt_ratio(_stats.ratio(speedup, plain_speedup)))
     ours = speedups.get("aiosubinterp")
     targets = [
-        _common.Target("speedup / 2 plain processes' speedup", _common.ratio(ours, plain_speedup),
-                       ">=", 0.9, note=f"{PLAIN}: speedup {_common.fmt_ratio(plain_speedup)}"),
-        _common.Target("(info) speedup / ProcessPoolExecutor's",
-                       _common.ratio(ours, speedups.get("procpool-fork")), ">=", 1.0,
+        _report.Target("speedup / 2 plain processes' speedup", _stats.ratio(ours, plain_speedup),
+                       ">=", 0.9, note=f"{PLAIN}: speedup {_report.fmt_ratio(plain_speedup)}"),
+        _report.Target("(info) speedup / ProcessPoolExecutor's",
+                       _stats.ratio(ours, speedups.get("procpool-fork")), ">=", 1.0,
                        note="informational, no target"),
     ]
-    if _common.FREE_THREADED:
+    if _contenders.FREE_THREADED:
         targets += [
-            _common.Target("speedup / to_thread's speedup", _common.ratio(ours, speedups.get(
+            _report.Target("speedup / to_thread's speedup", _stats.ratio(ours, speedups.get(
                 "to_thread")), ">=", 0.95, note="free-threaded build: threads scale too"),
-            _common.Target("(info) speedup / ThreadPoolExecutor's", _common.ratio(
+            _report.Target("(info) speedup / ThreadPoolExecutor's", _stats.ratio(
                 ours, speedups.get("threadpool")), ">=", 0.95, note="free-threaded build"),
         ]
     notes = [
         f"Task: spin(n={params['n']:,}), calibrated to ~{params['task_seconds']} s in the parent "
-        f"process; batch = {params['tasks']} tasks on {_common.WORKERS} workers; "
+        f"process; batch = {params['tasks']} tasks on {_contenders.WORKERS} workers; "
         f"{params['batches']} batches per round x {params['rounds']} rounds on warm workers.",
         "CPU/wall near 2.0 means both cores worked for the contender; with other load > 0 the "
         "parallel contenders lose cores to the rest of the machine, the serial baseline less so.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes,
+    return _report.Report([table.section()], targets, notes,
                           {"median_batch_s": med, "speedup": speedups,
                            "plain_speedup": plain_speedup})
 
 
 if __name__ == "__main__":
-    contenders = {"serial": _common.serial_spin("one plain process, no event loop"),
+    contenders = {"serial": _timing.serial_spin("one plain process, no event loop"),
                    PLAIN: run_plain}
     contenders.update(
         {k: pool_contender(k) for k in POOLS})
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_cpu_scaling: 8 CPU-bound pure-Python tasks on 2 workers",
         contenders=contenders,
         full={"tasks": 8, "task_seconds": 0.2, "batches": 3, "rounds": 3},
         quick={"tasks": 8, "task_seconds": 0.03, "batches": 1, "rounds": 1},
         report=report,
-        prepare=_common.calibrate_spin,
+        prepare=_timing.calibrate_spin,
     ))

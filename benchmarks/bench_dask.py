@@ -25,7 +25,11 @@ import logging
 import sys
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _report
+import _stats
+import _timing
 import _work
 
 NAMES = ["serial", "dask threads", "dask interpreters"]
@@ -41,7 +45,7 @@ def dask_contender(interpreters: bool):
         import aiosubinterp
 
         logging.getLogger("distributed").setLevel(logging.ERROR)
-        n, tasks, workers = params["n"], params["tasks"], _common.WORKERS
+        n, tasks, workers = params["n"], params["tasks"], _contenders.WORKERS
         with LocalCluster(n_workers=1, threads_per_worker=workers, processes=True,
                           host="127.0.0.1", protocol="tcp", dashboard_address=None) as cluster, \
                 Client(cluster) as client:
@@ -52,33 +56,33 @@ def dask_contender(interpreters: bool):
             with annotate:
                 # Warm-up: starts the interpreters (or threads), imports _work everywhere.
                 client.gather(client.map(_work.spin, [n // 10] * (2 * workers), pure=False))
-                meters = _common.time_batches(
+                meters = _timing.time_batches(
                     params["batches"],
                     lambda: client.gather(client.map(_work.spin, [n] * tasks, pure=False)),
-                    _common.check_spin(n))
+                    _timing.check_spin(n))
         kind = ("DaskInterpreterPlugin, tasks annotated executor='interpreters'" if interpreters
                 else "the worker's default ThreadPoolExecutor")
-        return _common.batch_result(
+        return _timing.batch_result(
             meters, tasks,
             f"LocalCluster(n_workers=1, threads_per_worker={workers}, processes=True); {kind}")
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "tasks/s (median)", "min", "max", "vs dask threads",
-                           *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "tasks/s (median)", "min", "max", "vs dask threads",
+                           *_report.LOAD_HEADERS])
     med: dict[str, float] = {}
     for name, good in table.each(results):
-        rates = _common.collect(good, "rate")
-        med[name] = _common.median(rates)
-        table.add(name, *_common.rate_cells(rates, 2), "", *_common.load_cells(good))
+        rates = _stats.collect(good, "rate")
+        med[name] = _stats.median(rates)
+        table.add(name, *_report.rate_cells(rates, 2), "", *_report.load_cells(good))
     threads = med.get("dask threads")
     for name, rate in med.items():
-        table.set(name, 4, _common.fmt_ratio(_common.ratio(rate, threads)))
-    speedup = _common.ratio(med.get("dask interpreters"), threads)
+        table.set(name, 4, _report.fmt_ratio(_stats.ratio(rate, threads)))
+    speedup = _stats.ratio(med.get("dask interpreters"), threads)
     targets = [
-        _common.Target("Dask worker: interpreter executor / thread executor throughput",
+        _report.Target("Dask worker: interpreter executor / thread executor throughput",
                        speedup, ">=", 1.7, note="1 worker, 2 threads, 2 cores"),
     ]
     notes = [
@@ -87,22 +91,22 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"{params['batches']} batches per round x {params['rounds']} rounds on a warm worker.",
         "Each Dask contender starts its own LocalCluster (one worker process, loopback TCP); "
         "its start-up is not timed.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes,
+    return _report.Report([table.section()], targets, notes,
                           {"median_tasks_per_s": med, "interpreters_vs_threads": speedup})
 
 
 if __name__ == "__main__":
-    contenders = {"serial": _common.serial_spin("one plain process, no Dask"),
+    contenders = {"serial": _timing.serial_spin("one plain process, no Dask"),
                   "dask threads": dask_contender(False), "dask interpreters": dask_contender(True)}
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_dask: pure-Python CPU tasks on a 1-worker, 2-thread Dask LocalCluster",
         contenders=contenders,
         full={"tasks": 40, "task_seconds": 0.05, "batches": 3, "rounds": 3},
         quick={"tasks": 16, "task_seconds": 0.02, "batches": 1, "rounds": 1},
         report=report,
-        prepare=_common.calibrate_spin,
+        prepare=_timing.calibrate_spin,
     ))

@@ -82,7 +82,11 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
 
 MODES = {  # contender's kind -> the app's --mode
     "inline": "inline",
@@ -99,10 +103,10 @@ LABELS = {  # for the chart
 STREAMER = "aiosubinterp"  # the kind of contender that also measures /stream
 ANCHOR = "to_thread"
 APPS = {  # --app -> the example it serves, and what it prints once it listens
-    "aiohttp": (os.path.join(_common.REPO, "examples", "aiohttp_app.py"), "Running on"),
-    "starlette": (os.path.join(_common.REPO, "examples", "starlette_app.py"),
+    "aiohttp": (os.path.join(_harness.REPO, "examples", "aiohttp_app.py"), "Running on"),
+    "starlette": (os.path.join(_harness.REPO, "examples", "starlette_app.py"),
                   "Uvicorn running on"),
-    "fastapi": (os.path.join(_common.REPO, "examples", "fastapi_app.py"), "Uvicorn running on"),
+    "fastapi": (os.path.join(_harness.REPO, "examples", "fastapi_app.py"), "Uvicorn running on"),
 }
 APP_CHOICES = {"both": ("aiohttp", "starlette"), "all": tuple(APPS)}  # --app groups
 APP_LABELS = {"aiohttp": "aiohttp on uvloop",
@@ -112,7 +116,7 @@ HEAVY = {"aiohttp": "/primes", "starlette": "/primes", "fastapi": "/score"}  # t
 STREAMING = ("aiohttp", "starlette")  # the apps with /stream (and --max-streams)
 SCORE_ITEMS = 4  # items of FastAPI's /score body
 APP = APPS["aiohttp"][0]
-LUA = os.path.join(_common.HERE, "_wrk_report.lua")
+LUA = os.path.join(_harness.HERE, "_wrk_report.lua")
 WRK_MARK = "@@wrk "
 
 # The targets (each app against its own to_thread).
@@ -215,7 +219,7 @@ def _fastapi_unavailable() -> str | None:
 
 
 for _kind in MODES:  # the parent skips these, with the reason
-    _common.AVAILABILITY[contender_name("fastapi", _kind)] = (
+    _contenders.AVAILABILITY[contender_name("fastapi", _kind)] = (
         _fastapi_interpreters_unavailable if _kind == STREAMER else _fastapi_unavailable)
 
 
@@ -322,7 +326,7 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
 
 
 def targets_of(summary: dict[str, dict[str, float]],
-               app: str = "aiohttp") -> list[_common.Target]:
+               app: str = "aiohttp") -> list[_report.Target]:
     """The three targets for ``app`` from report()'s summary.
 
     Against that app's own to_thread; NaN (no verdict) where a figure is
@@ -333,15 +337,15 @@ def targets_of(summary: dict[str, dict[str, float]],
     nan = math.nan
     heavy = HEAVY[app]
     targets = [
-        _common.Target(f"{app}: /ping p99 while {heavy} is loaded / to_thread's",
-                       _common.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
+        _report.Target(f"{app}: /ping p99 while {heavy} is loaded / to_thread's",
+                       _stats.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
                        "<=", LIGHT_P99_MAX, note="asyncio.to_thread, 2 threads"),
-        _common.Target(f"{app}: {heavy} req/s under load / to_thread's",
-                       _common.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
+        _report.Target(f"{app}: {heavy} req/s under load / to_thread's",
+                       _stats.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
                        ">=", HEAVY_RPS_MIN, note="asyncio.to_thread, 2 threads"),
     ]
     if app in STREAMING:
-        targets.append(_common.Target(
+        targets.append(_report.Target(
             f"{app}: streaming from an interpreter to a loopback client",
             ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
             note="absolute (1 MiB chunks through open_channel(2))"))
@@ -486,7 +490,7 @@ def contender(name: str):
 
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         wrk, seconds = params["wrk"], params["seconds"]
-        server = Server(MODES[kind], params["server_loop"], _common.WORKERS,
+        server = Server(MODES[kind], params["server_loop"], _contenders.WORKERS,
                         params["stream_connections"], app)
         try:
             loop_line = server.wait_ready()
@@ -497,7 +501,7 @@ def contender(name: str):
                 run_wrks([_wrk_cmd(wrk, heavy_url, params["warmup_seconds"],
                                    params["heavy_connections"], body_file=body)],
                          params["warmup_seconds"])
-            with _common.Meter() as meter:
+            with _machine.Meter() as meter:
                 heavy, light = run_wrks([
                     _wrk_cmd(wrk, heavy_url, seconds, params["heavy_connections"],
                              body_file=body),
@@ -507,7 +511,7 @@ def contender(name: str):
             out: dict[str, Any] = {
                 "heavy": heavy, "light": light, **meter.result(),
                 "info": f"examples/{app}_app.py --mode {MODES[kind]} --workers "
-                        f"{_common.WORKERS}; {loop_line}",
+                        f"{_contenders.WORKERS}; {loop_line}",
             }
             if kind == STREAMER and app in STREAMING:
                 count, size = params["stream_count"], params["stream_size"]
@@ -515,7 +519,7 @@ def contender(name: str):
                 head = _get(f"{server.base}/stream?count=2&size={size}")
                 if len(head) != 2 * size or not head.startswith(b"00000000 "):
                     raise AssertionError(f"/stream answered {len(head)} bytes, not 2 x {size}")
-                with _common.Meter() as smeter:
+                with _machine.Meter() as smeter:
                     (stream,) = run_wrks([_wrk_cmd(wrk, url, params["stream_seconds"],
                                                    params["stream_connections"])],
                                          params["stream_seconds"])
@@ -606,21 +610,21 @@ _REPORTED: dict[str, Any] = {}
 
 
 def _ms(x: float, digits: int = 2) -> str:
-    return _common.fmt(x, digits)
+    return _report.fmt(x, digits)
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     apps = apps_in(list(results))
     heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps)) or "/primes"
-    load = _common.Table(["contender", "/ping p50 ms", "/ping p99 ms", "/ping max ms",
+    load = _report.Table(["contender", "/ping p50 ms", "/ping p99 ms", "/ping max ms",
                           "/ping req", "p99 / to_thread's", f"{heavy} req/s",
                           "req/s / to_thread's", f"{heavy} p50 ms", "errors",
-                          *_common.LOAD_HEADERS], heading="#### Under load")
-    stream = _common.Table(["contender", "MiB/s", "min", "max", "streams done", "chunk",
-                            *_common.LOAD_HEADERS], heading="#### Streaming")
+                          *_report.LOAD_HEADERS], heading="#### Under load")
+    stream = _report.Table(["contender", "MiB/s", "min", "max", "streams done", "chunk",
+                            *_report.LOAD_HEADERS], heading="#### Streaming")
     summary: dict[str, dict[str, float]] = {}
     for name, good in load.each(results):
-        med = _common.median
+        med = _stats.median
         lp50 = med([r["light"]["latency_ms"]["p50"] for r in good])
         lp99 = med([r["light"]["latency_ms"]["p99"] for r in good])
         lmax = max((v for r in good if not math.isnan(v := r["light"]["latency_ms"]["max"])),
@@ -629,27 +633,27 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         summary[name] = {"light_p50_ms": lp50, "light_p99_ms": lp99, "light_max_ms": lmax,
                          "heavy_rps": rps,
                          "heavy_p50_ms": med([r["heavy"]["latency_ms"]["p50"] for r in good]),
-                         "cpu_per_wall": med(_common.collect(good, "cpu_per_wall")),
-                         "other_cores": med(_common.collect(good, "other_cores"))}
+                         "cpu_per_wall": med(_stats.collect(good, "cpu_per_wall")),
+                         "other_cores": med(_stats.collect(good, "other_cores"))}
         errors = sum(r["light"]["errors_total"] + r["heavy"]["errors_total"] for r in good)
         load.add(name, _ms(lp50), _ms(lp99), _ms(lmax),
                  f"{sum(r['light']['requests'] for r in good):,}", "", f"{rps:,.1f}", "",
-                 _ms(summary[name]["heavy_p50_ms"], 1), str(errors), *_common.load_cells(good))
+                 _ms(summary[name]["heavy_p50_ms"], 1), str(errors), *_report.load_cells(good))
         streams = [r["stream"] for r in good if "stream" in r]
         if streams:
             rates = [s["bytes_per_s"] / (1 << 20) for s in streams]
             summary[name]["stream_mib_s"] = med(rates)
-            cells = _common.rate_cells(rates, 0)
+            cells = _report.rate_cells(rates, 0)
             meters = [r["stream_meter"] for r in good if "stream_meter" in r]
             stream.add(name, *cells, f"{sum(s['requests'] for s in streams):,}",
                        f"{params['stream_size'] >> 10} KiB",
-                       *_common.load_cells(meters))
+                       *_report.load_cells(meters))
     for name, s in summary.items():
         anchor = summary.get(contender_name(split_name(name)[0], ANCHOR), {})
-        load.set(name, 5, _common.fmt_ratio(_common.ratio(s["light_p99_ms"],
-                                                          anchor.get("light_p99_ms"))))
-        load.set(name, 7, _common.fmt_ratio(_common.ratio(s["heavy_rps"],
-                                                          anchor.get("heavy_rps"))))
+        load.set(name, 5, _report.fmt_ratio(_stats.ratio(s["light_p99_ms"],
+                                                         anchor.get("light_p99_ms"))))
+        load.set(name, 7, _report.fmt_ratio(_stats.ratio(s["heavy_rps"],
+                                                         anchor.get("heavy_rps"))))
     targets = [t for app in apps for t in targets_of(summary, app)]
     seconds = params["seconds"]
     servers = {"aiohttp": f"examples/aiohttp_app.py on {params['server_loop']}",
@@ -668,7 +672,7 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     notes = [
         f"Server: {_and(servers[a] for a in apps)}, one fresh process per "
         f"contender (APP/MODE) and round; ratios are to the same app's to_thread; "
-        f"{'; '.join(work)}; {_common.WORKERS} workers in every mode.",
+        f"{'; '.join(work)}; {_contenders.WORKERS} workers in every mode.",
         f"Under load ({seconds} s, after {params['warmup_seconds']} s of warm-up): "
         f"`{params['wrk_version']}` -t1 -c{params['heavy_connections']} on {heavy}, and at the "
         f"same time -t1 -c1 --latency on /ping with a {params['light_delay_ms']} ms pause "
@@ -682,21 +686,21 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
            "bytes read by wrk per second (its Transfer/sec)."]
           if set(apps) & set(STREAMING) else []),
         "CPU/wall includes wrk's own CPU time (it runs in the contender's process tree). "
-        + _common.LOAD_NOTE,
+        + _report.LOAD_NOTE,
         *load.infos,
     ]
     _REPORTED.update(summary=summary, targets=targets, params=params, chosen=list(results))
     tables = [load.section()]
     if stream.rows:
         tables.append(stream.section())
-    return _common.Report(tables, targets, notes, {"http": summary})
+    return _report.Report(tables, targets, notes, {"http": summary})
 
 
 # ------------------------------------------------------------------ the chart
 
 
 def draw_chart(path: str, summary: dict[str, dict[str, float]],
-               targets: list[_common.Target], subtitle: str) -> None:
+               targets: list[_report.Target], subtitle: str) -> None:
     """Per app, a column of three panels: /ping p99 under load, heavy req/s, streaming MiB/s.
 
     An app without /stream (FastAPI) says so in its third panel.
@@ -723,7 +727,7 @@ def draw_chart(path: str, summary: dict[str, dict[str, float]],
 
 
 def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
-              targets: list[_common.Target]) -> None:
+              targets: list[_report.Target]) -> None:
     """The three panels of one app (the third one empty but for a note without /stream)."""
     kinds = [k for k in MODES if contender_name(app, k) in summary]
     mine = {k: summary[contender_name(app, k)] for k in kinds}
@@ -766,11 +770,11 @@ def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
     axes[2].set_xlabel("MiB/s of response body read by wrk (1 MiB = 2**20 bytes)")
 
 
-def _title(ax: Any, text: str, target: _common.Target) -> None:
+def _title(ax: Any, text: str, target: _report.Target) -> None:
     colour = {"PASS": "tab:green", "MISS": "tab:red"}.get(target.verdict, "black")
     ax.set_title(text, loc="left", fontsize=10)
-    measured = (_common.fmt_ratio(target.measured) if target.unit == "x"
-                else _common.fmt(target.measured, 0, " " + target.unit))
+    measured = (_report.fmt_ratio(target.measured) if target.unit == "x"
+                else _report.fmt(target.measured, 0, " " + target.unit))
     ax.set_title(f"{target.verdict}: {measured} (target {target.op} {target.limit:g}"
                  f"{'x' if target.unit == 'x' else ' ' + target.unit})", loc="right",
                  fontsize=10, color=colour)
@@ -814,7 +818,7 @@ def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], u
 
 
 def _chart_option() -> str | None:
-    """--chart PATH, removed from sys.argv before _common parses it (None: the default)."""
+    """--chart PATH, removed from sys.argv before _harness parses it (None: the default)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--chart", default=None)
     known, rest = parser.parse_known_args()
@@ -823,7 +827,7 @@ def _chart_option() -> str | None:
 
 
 def _app_option() -> str:
-    """--app aiohttp|starlette|fastapi|both|all, removed from sys.argv before _common parses it."""
+    """--app aiohttp|starlette|fastapi|both|all, removed from sys.argv before _harness parses it."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--app", choices=(*APPS, *APP_CHOICES), default="both")
     known, rest = parser.parse_known_args()
@@ -832,7 +836,7 @@ def _app_option() -> str:
 
 
 def _subtitle(params: dict[str, Any]) -> str:
-    return (f"{_common.ncpu()} CPUs ({_common.cpu_model()}), Python "
+    return (f"{_machine.ncpu()} CPUs ({_machine.cpu_model()}), Python "
             f"{sys.version.split()[0]}, {params.get('wrk_version', 'wrk')}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
             f"{' '.join(open('/proc/loadavg').read().split()[:3])}"
@@ -848,7 +852,7 @@ def main() -> int:
     apps = APP_CHOICES.get(app, (app,))
     heavy = ", ".join(dict.fromkeys(HEAVY[a] for a in apps))
     names = {"aiohttp": "aiohttp", "starlette": "Starlette", "fastapi": "FastAPI"}
-    code = _common.main(
+    code = _harness.main(
         doc=__doc__,
         title=f"bench_http: {_and(names[a] for a in apps)} under wrk: /ping latency, "
               f"{heavy} req/s" + (", /stream MiB/s" if set(apps) & set(STREAMING) else ""),

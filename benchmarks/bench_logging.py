@@ -39,8 +39,11 @@ import threading
 import time
 from typing import Any
 
-import _common
+import _contenders
+import _harness
 import _logwork
+import _report
+import _stats
 
 MAIN = "main interpreter"
 INTERP = "aiosubinterp"
@@ -124,7 +127,7 @@ def contender(kind: str):
                         elapsed = time.perf_counter() - start
                     out[case] = {"seconds": elapsed, "handled": handler.count}
 
-            _common.run_async(body, loop)
+            _contenders.run_async(body, loop)
             out["info"] = ("InterpreterPool(1)" if kind == INTERP else "ProcessPool(1)") + (
                 ", run(log_n); kept: to the end of aclose()")
             return out
@@ -135,10 +138,10 @@ def contender(kind: str):
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     n = params["records"]
     headers = ["contender", "records/s", "µs per record", "vs main", "handled"]
-    tables = {case: _common.Table(headers, f"{case}: {n:,} records at "
+    tables = {case: _report.Table(headers, f"{case}: {n:,} records at "
                                   f"{logging.getLevelName(level)}, main's level INFO")
               for case, level in LEVELS.items()}
     rates: dict[str, dict[str, float]] = {case: {} for case in LEVELS}
@@ -147,17 +150,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         for case, table in tables.items():
             # kept: the records main's handler got (an interpreter's full channel drops some)
             counted = [r[case]["handled"] if case == "kept" else n for r in good]
-            rate = rates[case][name] = _common.median(
+            rate = rates[case][name] = _stats.median(
                 [c / r[case]["seconds"] for c, r in zip(counted, good, strict=True)])
             handled = min(r[case]["handled"] for r in good)
-            table.add(name, _common.fmt(rate, 0), _common.fmt(1e6 / rate, 2), "",
+            table.add(name, _report.fmt(rate, 0), _report.fmt(1e6 / rate, 2), "",
                       f"{handled:,}")
     for case, table in tables.items():
         base = rates[case].get(MAIN)
         for name, rate in rates[case].items():
             if base:
-                table.set(name, 3, _common.fmt_ratio(rate / base))
-    targets: list[_common.Target] = []  # no target: the tables compare
+                table.set(name, 3, _report.fmt_ratio(rate / base))
+    targets: list[_report.Target] = []  # no target: the tables compare
     notes = [
         f"Per round and case: {n:,} records in one task after a warm-up of 1,000; "
         f"medians over {params['rounds']} rounds; handled: the fewest of the rounds.",
@@ -166,12 +169,12 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     summary = {"records_per_s": {name: rates["kept"].get(name, float("nan"))
                                  for name in rates["kept"]},
                "dropped_records_per_s": rates["dropped"]}
-    return _common.Report([tables["dropped"].section(), tables["kept"].section()], targets,
+    return _report.Report([tables["dropped"].section(), tables["kept"].section()], targets,
                           notes, summary)
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_logging: log records from a worker, dropped by main's level or kept",
         contenders={name: contender(name) for name in NAMES},

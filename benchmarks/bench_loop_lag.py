@@ -27,7 +27,11 @@ import sys
 import time
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
 import _work
 
 IDLE = "idle baseline"
@@ -46,16 +50,16 @@ async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
 def contender(kind: str):
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         busy, chunk = params["busy_seconds"], params["chunk_seconds"]
-        tasks = round(busy / chunk) * _common.WORKERS
+        tasks = round(busy / chunk) * _contenders.WORKERS
 
-        async def measure(runner: _common.Runner | None) -> dict[str, Any]:
+        async def measure(runner: _contenders.Runner | None) -> dict[str, Any]:
             lags: list[float] = []
             stop = asyncio.Event()
             # Let the ticker settle for a few ticks before the work starts.
             ticker = asyncio.create_task(_ticker(stop, lags))
             await asyncio.sleep(0.05)
             lags.clear()
-            with _common.Meter() as meter:
+            with _machine.Meter() as meter:
                 if runner is None:
                     await asyncio.sleep(busy)
                     done = []
@@ -73,56 +77,56 @@ def contender(kind: str):
                 out = await measure(None)
                 out["info"] = "ticker only, no workers"
                 return out
-            async with _common.open_runner(kind, loop) as runner:
+            async with _contenders.open_runner(kind, loop) as runner:
                 # Warm the workers on CPU work too (first call of spin_for).
                 await asyncio.gather(*(runner.submit(_work.spin_for, 0.01)
-                                       for _ in range(_common.WORKERS)))
+                                       for _ in range(_contenders.WORKERS)))
                 out = await measure(runner)
                 out["info"] = runner.info
                 return out
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "lag p50 ms", "lag p99 ms", "lag max ms", "ticks/s",
-                           "busy s", "work done (M adds)", *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "lag p50 ms", "lag p99 ms", "lag max ms", "ticks/s",
+                           "busy s", "work done (M adds)", *_report.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
-        s = stats[name] = _common.summarize(_common.collect(good, "lag_ms"))
-        ticks = _common.median(_common.collect(good, "ticks"))
-        work = _common.median(_common.collect(good, "work_chunks"))
-        wall = _common.median(_common.collect(good, "wall"))
-        table.add(name, *_common.latency_cells(s, 3), _common.fmt(s["max"], 2),
-                  f"{ticks / wall:,.0f}" if wall else "–", _common.fmt(wall, 2),
-                  f"{work / 1000:,.1f}" if name != IDLE else "–", *_common.load_cells(good))
+        s = stats[name] = _stats.summarize(_stats.collect(good, "lag_ms"))
+        ticks = _stats.median(_stats.collect(good, "ticks"))
+        work = _stats.median(_stats.collect(good, "work_chunks"))
+        wall = _stats.median(_stats.collect(good, "wall"))
+        table.add(name, *_report.latency_cells(s, 3), _report.fmt(s["max"], 2),
+                  f"{ticks / wall:,.0f}" if wall else "–", _report.fmt(wall, 2),
+                  f"{work / 1000:,.1f}" if name != IDLE else "–", *_report.load_cells(good))
     ours = stats.get("aiosubinterp", {}).get("p99", float("nan"))
     idle = stats.get(IDLE, {}).get("p99")
     targets = [
-        _common.Target("lag p99 while all workers are busy", ours, "<", 2.0, unit="ms",
-                       note=f"absolute; idle loop's p99 here: {_common.fmt(idle, 3)} ms"),
-        _common.Target("(info) lag p99 / to_thread's",
-                       _common.ratio(ours, stats.get("to_thread", {}).get("p99")), "<=", 1.0,
+        _report.Target("lag p99 while all workers are busy", ours, "<", 2.0, unit="ms",
+                       note=f"absolute; idle loop's p99 here: {_report.fmt(idle, 3)} ms"),
+        _report.Target("(info) lag p99 / to_thread's",
+                       _stats.ratio(ours, stats.get("to_thread", {}).get("p99")), "<=", 1.0,
                        note="asyncio.to_thread, 2 threads"),
     ]
-    chunks = round(params["busy_seconds"] / params["chunk_seconds"]) * _common.WORKERS
+    chunks = round(params["busy_seconds"] / params["chunk_seconds"]) * _contenders.WORKERS
     notes = [
         f"Per round: {chunks} tasks of spin_for({params['chunk_seconds']}) on "
-        f"{_common.WORKERS} workers (~{params['busy_seconds']} s of work each), ticker "
+        f"{_contenders.WORKERS} workers (~{params['busy_seconds']} s of work each), ticker "
         f"asyncio.sleep({TICK}); lag percentiles over all ticks of all {params['rounds']} rounds.",
         "work done: millions of additions the workers completed in the busy time (median over "
         "rounds); a GIL-bound contender does about half the work of a parallel one, in the same "
         "wall time.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes, {"lag_ms": stats})
+    return _report.Report([table.section()], targets, notes, {"lag_ms": stats})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_loop_lag: event-loop lag (1 ms ticker) while 2 workers are busy",
         contenders={name: contender(name) for name in NAMES},

@@ -50,7 +50,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
+import _timing
 
 # Before numpy loads anywhere (this process, the children, their workers).
 NATIVE_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -71,20 +76,20 @@ ARRAY_ITEMS = 16 * MIB // 8  # float64
 
 
 @contextlib.asynccontextmanager
-async def _start(kind: str, loop: str, workers: int) -> AsyncIterator[_common.Runner]:
+async def _start(kind: str, loop: str, workers: int) -> AsyncIterator[_contenders.Runner]:
     """A contender's pool, not warmed (the cold start is measured on it)."""
     if kind == "aiosubinterp-copy":
         import aiosubinterp
 
         async with aiosubinterp.InterpreterPool(workers, fallback="copy") as pool:
-            yield _common.Runner(kind, pool.run, pool.submit,
-                                 f'InterpreterPool({workers}, fallback="copy")')
+            yield _contenders.Runner(kind, pool.run, pool.submit,
+                                     f'InterpreterPool({workers}, fallback="copy")')
     else:
-        async with _common.open_runner(kind, loop, workers=workers, warm=False) as runner:
+        async with _contenders.open_runner(kind, loop, workers=workers, warm=False) as runner:
             yield runner
 
 
-async def _warm_every_worker(runner: _common.Runner, workers: int) -> int:
+async def _warm_every_worker(runner: _contenders.Runner, workers: int) -> int:
     """Submit `workers` tasks at once until each worker ran one (numpy imported, task run)."""
     seen: set[str] = set()
     for attempt in range(20):
@@ -99,7 +104,7 @@ async def _warm_every_worker(runner: _common.Runner, workers: int) -> int:
 def _tree_memory_kib() -> tuple[int, int]:
     """(PSS, RSS) in KiB summed over this process and all its descendants."""
     gc.collect()
-    mem = _common.tree_memory()
+    mem = _machine.tree_memory()
     return mem["pss_self"] + mem["pss_children"], mem["rss_self"] + mem["rss_children"]
 
 
@@ -118,14 +123,14 @@ def contender(kind: str):
                     raise AssertionError(f"first_result(1000) returned {first!r}")
                 distinct = await _warm_every_worker(runner, workers)
                 warm_pss, warm_rss = _tree_memory_kib()
-                children = len(_common.descendants())
+                children = len(_machine.descendants())
 
                 async def batch() -> list[Any]:
                     return await asyncio.gather(*(runner.submit(_numpywork.window_features,
                                                                 i % SEEDS)
                                                   for i in range(tasks)))
 
-                meters = await _common.time_batches_async(params["batches"], batch,
+                meters = await _timing.time_batches_async(params["batches"], batch,
                                                           batches.append)
                 after_pss, _ = _tree_memory_kib()
 
@@ -156,14 +161,14 @@ def contender(kind: str):
                 if bad:
                     raise AssertionError(f"{bad} of {len(results)} window_features results "
                                          "differ from the main interpreter's")
-            return _common.batch_result(
+            return _timing.batch_result(
                 meters, tasks, info, cpu_ms_per_task=[m.cpu / tasks * 1000 for m in meters],
                 cold_ms=cold_ms, workers_seen=distinct,
                 children=children, warm_added_kib=warm_pss - before_pss,
                 warm_rss_added_kib=warm_rss - before_rss, after_added_kib=after_pss - before_pss,
                 double_ms=arrays["double"], echo_ms=arrays["echo"], array_errors=array_errors)
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
@@ -177,61 +182,61 @@ def prepare(params: dict[str, Any]) -> dict[str, Any]:
         cpus.append((time.thread_time() - c0) * 1000)
         walls.append((time.perf_counter() - t0) * 1000)
     # CPU time says what the task costs; wall time also says how busy the machine was.
-    params["task_ms_serial"] = round(_common.median(cpus), 2)
-    params["task_wall_ms_serial"] = round(_common.median(walls), 2)
+    params["task_ms_serial"] = round(_stats.median(cpus), 2)
+    params["task_wall_ms_serial"] = round(_stats.median(walls), 2)
     params["native_threads"] = os.environ["OPENBLAS_NUM_THREADS"]
     return params
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(
         ["contender", "tasks/s", "min", "max", "vs ProcessPool", "CPU ms/task",
          "PSS added MiB (warm)",
          "vs ProcessPool", "PSS after run", "RSS added MiB (warm)", "processes",
-         *_common.LOAD_HEADERS],
+         *_report.LOAD_HEADERS],
         heading=f"Throughput of window_features (~{params['task_ms_serial']} ms of CPU each) "
                 "and memory added")
-    table2 = _common.Table(
+    table2 = _report.Table(
         ["contender", "16 MiB a*2 p50 ms", "p99 ms", "ProcessPool / this", "16 MiB echo p50 ms",
          "p99 ms", "cold start p50 ms", "p25", "p75"],
         heading="A 16 MiB float64 array in and out; pool creation to the first numpy result")
     stats: dict[str, dict[str, float]] = {}
     array_notes: list[str] = []
     for name, good in table.each(results, also=(table2,)):
-        rates = _common.collect(good, "rate")
-        warm = [k / 1024 for k in _common.collect(good, "warm_added_kib")]
-        after = [k / 1024 for k in _common.collect(good, "after_added_kib")]
-        rss = [k / 1024 for k in _common.collect(good, "warm_rss_added_kib")]
-        double = _common.summarize(_common.collect(good, "double_ms"))
-        echo = _common.summarize(_common.collect(good, "echo_ms"))
-        cold = _common.collect(good, "cold_ms")
-        stats[name] = {"tasks_per_s": _common.median(rates), "warm_mib": _common.median(warm),
-                       "after_mib": _common.median(after), "rss_mib": _common.median(rss),
+        rates = _stats.collect(good, "rate")
+        warm = [k / 1024 for k in _stats.collect(good, "warm_added_kib")]
+        after = [k / 1024 for k in _stats.collect(good, "after_added_kib")]
+        rss = [k / 1024 for k in _stats.collect(good, "warm_rss_added_kib")]
+        double = _stats.summarize(_stats.collect(good, "double_ms"))
+        echo = _stats.summarize(_stats.collect(good, "echo_ms"))
+        cold = _stats.collect(good, "cold_ms")
+        stats[name] = {"tasks_per_s": _stats.median(rates), "warm_mib": _stats.median(warm),
+                       "after_mib": _stats.median(after), "rss_mib": _stats.median(rss),
                        "double_p50_ms": double["p50"],
                        "double_p99_ms": double["p99"], "echo_p50_ms": echo["p50"],
-                       "echo_p99_ms": echo["p99"], "cold_ms": _common.median(cold)}
-        stats[name]["cpu_ms_per_task"] = _common.median(_common.collect(good, "cpu_ms_per_task"))
-        table.add(name, *_common.rate_cells(rates, 1), "",
-                  _common.fmt(stats[name]["cpu_ms_per_task"], 2),
-                  _common.fmt(stats[name]["warm_mib"]),
-                  "", _common.fmt(stats[name]["after_mib"]), _common.fmt(stats[name]["rss_mib"]),
-                  str(1 + int(_common.median(_common.collect(good, "children")))),
-                  *_common.load_cells(good))
-        table2.add(name, *_common.latency_cells(double, 2), "",
-                   *_common.latency_cells(echo, 2), *_common.quartile_cells(cold, 1))
+                       "echo_p99_ms": echo["p99"], "cold_ms": _stats.median(cold)}
+        stats[name]["cpu_ms_per_task"] = _stats.median(_stats.collect(good, "cpu_ms_per_task"))
+        table.add(name, *_report.rate_cells(rates, 1), "",
+                  _report.fmt(stats[name]["cpu_ms_per_task"], 2),
+                  _report.fmt(stats[name]["warm_mib"]),
+                  "", _report.fmt(stats[name]["after_mib"]), _report.fmt(stats[name]["rss_mib"]),
+                  str(1 + int(_stats.median(_stats.collect(good, "children")))),
+                  *_report.load_cells(good))
+        table2.add(name, *_report.latency_cells(double, 2), "",
+                   *_report.latency_cells(echo, 2), *_report.quartile_cells(cold, 1))
         for op, column in (("double", 1), ("echo", 4)):
             failed = [r["array_errors"][op] for r in good if op in r.get("array_errors", {})]
             if failed:
                 table2.set(name, column, "error (see notes)")
                 array_notes.append(f"{name}: 16 MiB {op} failed in {len(failed)} round(s): "
-                                   f"{_common.error_cell(failed[0], 300)[7:]}")
+                                   f"{_report.error_cell(failed[0], 300)[7:]}")
     anchor = stats.get(ANCHOR, {})
     for name, s in stats.items():
-        table.set(name, 4, _common.fmt_ratio(_common.ratio(s["tasks_per_s"],
-                                                           anchor.get("tasks_per_s"))))
-        table.set(name, 7, _common.fmt_ratio(_common.ratio(s["warm_mib"], anchor.get("warm_mib"))))
-        table2.set(name, 3, _common.fmt_ratio(_common.ratio(anchor.get("double_p50_ms"),
-                                                            s["double_p50_ms"])))
+        table.set(name, 4, _report.fmt_ratio(_stats.ratio(s["tasks_per_s"],
+                                                          anchor.get("tasks_per_s"))))
+        table.set(name, 7, _report.fmt_ratio(_stats.ratio(s["warm_mib"], anchor.get("warm_mib"))))
+        table2.set(name, 3, _report.fmt_ratio(_stats.ratio(anchor.get("double_p50_ms"),
+                                                           s["double_p50_ms"])))
     ours = stats.get("aiosubinterp-copy", {})
     pools = [n for n in PROCESS_POOLS if n in stats]
     best_tp = max(pools, key=lambda n: stats[n]["tasks_per_s"]) if pools else None
@@ -241,28 +246,28 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         return stats[name][key] if name in stats else None
 
     targets = [
-        _common.Target("copy: tasks/s / ProcessPool's", _common.ratio(
+        _report.Target("copy: tasks/s / ProcessPool's", _stats.ratio(
             ours.get("tasks_per_s"), anchor.get("tasks_per_s")), ">=", 0.9,
             note="aiosubinterp.ProcessPool"),
-        _common.Target("copy: PSS added (warm) / ProcessPool's", _common.ratio(
+        _report.Target("copy: PSS added (warm) / ProcessPool's", _stats.ratio(
             ours.get("warm_mib"), anchor.get("warm_mib")), "<=", 0.6,
             note="aiosubinterp.ProcessPool"),
-        _common.Target("16 MiB a*2: ProcessPool's p50 / copy's", _common.ratio(
+        _report.Target("16 MiB a*2: ProcessPool's p50 / copy's", _stats.ratio(
             anchor.get("double_p50_ms"), ours.get("double_p50_ms")), ">=", 10,
             note="aiosubinterp.ProcessPool"),
-        _common.Target("(info) copy: tasks/s / ProcessPoolExecutor's", _common.ratio(
+        _report.Target("(info) copy: tasks/s / ProcessPoolExecutor's", _stats.ratio(
             ours.get("tasks_per_s"), of(best_tp, "tasks_per_s")), ">=", 0.9,
             note=f"{best_tp or 'process pool'} (the faster start method)"),
-        _common.Target("(info) copy: PSS added / ProcessPoolExecutor's", _common.ratio(
+        _report.Target("(info) copy: PSS added / ProcessPoolExecutor's", _stats.ratio(
             ours.get("warm_mib"), of(least_mem, "warm_mib")), "<=", 0.6,
             note=f"{least_mem or 'process pool'} (the smaller)"),
-        _common.Target("(info) 16 MiB echo: ProcessPool's p50 / copy's", _common.ratio(
+        _report.Target("(info) 16 MiB echo: ProcessPool's p50 / copy's", _stats.ratio(
             anchor.get("echo_p50_ms"), ours.get("echo_p50_ms")), ">=", 10,
             note="transport alone"),
-        _common.Target("(info) cold start: copy / ProcessPool", _common.ratio(
+        _report.Target("(info) cold start: copy / ProcessPool", _stats.ratio(
             ours.get("cold_ms"), anchor.get("cold_ms")), "<=", 1,
             note="informational, no target"),
-        _common.Target("(info) copy: tasks/s / to_thread's", _common.ratio(
+        _report.Target("(info) copy: tasks/s / to_thread's", _stats.ratio(
             ours.get("tasks_per_s"), of("to_thread", "tasks_per_s")), ">=", 1,
             note="asyncio.to_thread"),
     ]
@@ -292,18 +297,18 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"native thread pools: OPENBLAS_NUM_THREADS (and OMP, MKL, ...) = "
         f"{params['native_threads']} in every contender, set before numpy loads.",
         *array_notes,
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
     summary = {"median_tasks_per_s": {n: s["tasks_per_s"] for n, s in stats.items()},
                "numpy": stats, "task_ms_serial": params["task_ms_serial"]}
-    return _common.Report([table.section(), table2.section()], targets, notes, summary)
+    return _report.Report([table.section(), table2.section()], targets, notes, summary)
 
 
 def _workers_option() -> int:
-    """--workers N, removed from sys.argv before _common parses it (children get it in params)."""
+    """--workers N, removed from sys.argv before _harness parses it (children get it in params)."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--workers", type=int, default=_common.WORKERS)
+    parser.add_argument("--workers", type=int, default=_contenders.WORKERS)
     known, rest = parser.parse_known_args()
     sys.argv[1:] = rest
     if known.workers < 1:
@@ -313,7 +318,7 @@ def _workers_option() -> int:
 
 if __name__ == "__main__":
     workers = _workers_option()
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title=f"bench_numpy: numpy in interpreters (fallback=\"copy\") vs processes and threads, "
               f"{workers} workers",

@@ -25,7 +25,12 @@ import sys
 import time
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
+import _timing
 import _work
 
 NAMES = ["aiosubinterp-processes", "procpool-fork", "procpool-forkserver", "procpool-spawn",
@@ -38,11 +43,11 @@ def contender(kind: str):
         warmup, n, batch = params["warmup"], params["n"], params["batch"]
 
         async def body() -> dict[str, Any]:
-            async with _common.open_runner(kind, loop) as runner:
+            async with _contenders.open_runner(kind, loop) as runner:
                 call = runner.run
-                await _common.time_calls(call, warmup, 0)  # warm-up, dropped
-                with _common.Meter() as meter:  # the round trips and the batch
-                    us, _ = await _common.time_calls(call, n, 0)
+                await _timing.time_calls(call, warmup, 0)  # warm-up, dropped
+                with _machine.Meter() as meter:  # the round trips and the batch
+                    us, _ = await _timing.time_calls(call, n, 0)
                     t0 = time.perf_counter()
                     got = await asyncio.gather(*(call(_work.noop, i) for i in range(batch)))
                     elapsed = time.perf_counter() - t0
@@ -51,49 +56,49 @@ def contender(kind: str):
                 return {"us": us, "per_s": batch / elapsed, "info": runner.info,
                         **meter.result()}
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
-                           "calls/s vs ours", *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
+                           "calls/s vs ours", *_report.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
-        s = stats[name] = _common.summarize(_common.collect(good, "us"))
-        s["per_s"] = _common.median(_common.collect(good, "per_s"))
-        table.add(name, *_common.latency_cells(s), "", _common.fmt(s["per_s"], 0), "",
-                  *_common.load_cells(good))
+        s = stats[name] = _stats.summarize(_stats.collect(good, "us"))
+        s["per_s"] = _stats.median(_stats.collect(good, "per_s"))
+        table.add(name, *_report.latency_cells(s), "", _report.fmt(s["per_s"], 0), "",
+                  *_report.load_cells(good))
     ours = stats.get("aiosubinterp-processes", {})
     if ours:
         for name, s in stats.items():
-            table.set(name, 3, _common.fmt_ratio(s["p50"] / ours["p50"]))
-            table.set(name, 5, _common.fmt_ratio(s["per_s"] / ours["per_s"]))
+            table.set(name, 3, _report.fmt_ratio(s["p50"] / ours["p50"]))
+            table.set(name, 5, _report.fmt_ratio(s["per_s"] / ours["per_s"]))
     pools = [n for n in POOLS if n in stats]
     best = min(pools, key=lambda n: stats[n]["p50"]) if pools else None
     best_tp = max(pools, key=lambda n: stats[n]["per_s"]) if pools else None
     targets = [
-        _common.Target("ProcessPool p50 round trip / ProcessPoolExecutor's",
-                       _common.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
+        _report.Target("ProcessPool p50 round trip / ProcessPoolExecutor's",
+                       _stats.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
                        "<=", 1.5, note=f"{best or 'process pool'} (the fastest start method)"),
-        _common.Target("(info) ProcessPool throughput / ProcessPoolExecutor's",
-                       _common.ratio(ours.get("per_s"),
-                                     stats[best_tp]["per_s"] if best_tp else None),
+        _report.Target("(info) ProcessPool throughput / ProcessPoolExecutor's",
+                       _stats.ratio(ours.get("per_s"),
+                                    stats[best_tp]["per_s"] if best_tp else None),
                        ">=", 1.0, note=f"{best_tp or 'process pool'}; not an issue target"),
     ]
     notes = [
         f"{params['n']} sequential awaits of noop(i) per round after {params['warmup']} warm-up "
         f"calls, then one gather of {params['batch']} calls; p50/p99 over all rounds' samples, "
         "calls/s the median of the rounds.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes, {"stats": stats})
+    return _report.Report([table.section()], targets, notes, {"stats": stats})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_process: the process backend vs ProcessPoolExecutor, 2 workers",
         contenders={name: contender(name) for name in NAMES},

@@ -38,7 +38,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _report
+import _stats
+import _timing
 
 NAMES = [
     "aiosubinterp",
@@ -66,27 +70,27 @@ def contender(kind: str):
             warmup, n = params["warmup_slow"], params["n_slow"]
 
         async def body() -> dict[str, Any]:
-            async with _common.open_runner(kind, loop) as runner:
-                us, meter = await _common.time_calls(runner.run, n, warmup)
+            async with _contenders.open_runner(kind, loop) as runner:
+                us, meter = await _timing.time_calls(runner.run, n, warmup)
                 return {"us": us, "info": runner.info, **meter.result()}
 
-        return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
+        return _contenders.run_async(body, loop, anyio_runner=_contenders.needs_anyio_runner(kind))
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
-                           *_common.LOAD_HEADERS])
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
+                           *_report.LOAD_HEADERS])
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
-        s = stats[name] = _common.summarize(_common.collect(good, "us"))
-        table.add(name, *_common.latency_cells(s), _common.fmt(s["mean"]), "",
-                  *_common.load_cells(good))
+        s = stats[name] = _stats.summarize(_stats.collect(good, "us"))
+        table.add(name, *_report.latency_cells(s), _report.fmt(s["mean"]), "",
+                  *_report.load_cells(good))
     ours = stats.get("aiosubinterp", {}).get("p50")
     if ours:
         for name, s in stats.items():
-            table.set(name, 4, _common.fmt_ratio(s["p50"] / ours))
+            table.set(name, 4, _report.fmt_ratio(s["p50"] / ours))
 
     def p50(name: str) -> float | None:
         return stats.get(name, {}).get("p50")
@@ -94,24 +98,24 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if p50(n) is not None]
     best_pool = min(pools, key=lambda n: p50(n)) if pools else None  # type: ignore[arg-type,return-value]
     targets = [
-        _common.Target("p50 round trip / to_thread's", _common.ratio(ours, p50("to_thread")),
-                       "<=", 0.3 if _common.FREE_THREADED else 0.5,
+        _report.Target("p50 round trip / to_thread's", _stats.ratio(ours, p50("to_thread")),
+                       "<=", 0.3 if _contenders.FREE_THREADED else 0.5,
                        note="asyncio.to_thread, 2 threads"
-                       + (" (free-threaded build)" if _common.FREE_THREADED else "")),
-        _common.Target("(info) p50 / ThreadPoolExecutor's",
-                       _common.ratio(ours, p50("threadpool")), "<=", 1.0,
+                       + (" (free-threaded build)" if _contenders.FREE_THREADED else "")),
+        _report.Target("(info) p50 / ThreadPoolExecutor's",
+                       _stats.ratio(ours, p50("threadpool")), "<=", 1.0,
                        note="run_in_executor; free-threaded builds"),
-        _common.Target("p50 round trip / process pool's",
-                       _common.ratio(ours, p50(best_pool) if best_pool else None), "<=", 0.1,
+        _report.Target("p50 round trip / process pool's",
+                       _stats.ratio(ours, p50(best_pool) if best_pool else None), "<=", 0.1,
                        note=f"{best_pool or 'process pool'} (the faster pool)"),
-        _common.Target("p50 round trip / stdlib InterpreterPoolExecutor's",
-                       _common.ratio(ours, p50("stdlib-executor")), "<=", 0.2,
+        _report.Target("p50 round trip / stdlib InterpreterPoolExecutor's",
+                       _stats.ratio(ours, p50("stdlib-executor")), "<=", 0.2,
                        note="3.14+: concurrent.futures, run_in_executor"),
-        _common.Target("(info) p50 / stdlib concurrent.interpreters'",
-                       _common.ratio(ours, p50("stdlib-interpreters")), "<=", 1.0,
+        _report.Target("(info) p50 / stdlib concurrent.interpreters'",
+                       _stats.ratio(ours, p50("stdlib-interpreters")), "<=", 1.0,
                        note="3.14+: interp.call on 2 threads"),
-        _common.Target("(info) p50 / anyio.to_interpreter's",
-                       _common.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
+        _report.Target("(info) p50 / anyio.to_interpreter's",
+                       _stats.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
                        note="informational, no target"),
     ]
     n = params["n"]
@@ -120,14 +124,14 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"p50/p99/mean over all {params['rounds']} rounds' samples ({params['rounds'] * n} "
         f"per contender); {', '.join(SLOW)}: {params['n_slow']} awaits after "
         f"{params['warmup_slow']} warm-up calls per round (~10 ms each; fewer keep the run short).",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes, {"stats": stats})
+    return _report.Report([table.section()], targets, notes, {"stats": stats})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_roundtrip: await round trip of a trivial task, 2 workers",
         contenders={name: contender(name) for name in NAMES},

@@ -47,7 +47,11 @@ import sys
 import time
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _machine
+import _report
+import _stats
 import _work
 
 PRELOAD = ("json", "re", "collections")
@@ -63,8 +67,8 @@ async def _warm(call) -> list[Any]:
     """
     results: list[Any] = []
     for _ in range(5):
-        results += await asyncio.gather(*(call() for _ in range(_common.WORKERS)))
-        if len({(r[0], r[1]) for r in results}) >= _common.WORKERS:
+        results += await asyncio.gather(*(call() for _ in range(_contenders.WORKERS)))
+        if len({(r[0], r[1]) for r in results}) >= _contenders.WORKERS:
             break
     return results
 
@@ -96,34 +100,34 @@ def contender(kind: str):
 
         async def body() -> dict[str, Any]:
             await asyncio.sleep(0)
-            mem0 = _common.tree_memory()
+            mem0 = _machine.tree_memory()
             out: dict[str, Any] = {"import_ms": import_s * 1000}
             t0 = time.perf_counter()
             if ours:
                 preload = PRELOAD if kind.endswith("+preload") else ()
-                async with pool_class(size=_common.WORKERS, preload=preload) as pool:
+                async with pool_class(size=_contenders.WORKERS, preload=preload) as pool:
                     t_ready = time.perf_counter()
                     first = await pool.run(_work.first_task, text)
                     t_first = time.perf_counter()
                     await pool.run(_work.first_task, text)
                     t_next = time.perf_counter()
                     where = await _warm(lambda: pool.run(_work.warm_task, 0.05, text))
-                    mem1 = _common.tree_memory()
+                    mem1 = _machine.tree_memory()
                     t_close = time.perf_counter()
                 out["ready_ms"] = (t_ready - t0) * 1000
                 out["first_task_ms"] = (t_first - t_ready) * 1000
                 out["close_ms"] = (time.perf_counter() - t_close) * 1000
-                out["info"] = f"InterpreterPool(size={_common.WORKERS}, preload={preload!r})"
+                out["info"] = f"InterpreterPool(size={_contenders.WORKERS}, preload={preload!r})"
             else:
                 # The shared runners: the process pools and the stdlib executor
                 # call loop.run_in_executor, as a user would.
-                async with _common.open_runner(kind, loop, warm=False) as runner:
+                async with _contenders.open_runner(kind, loop, warm=False) as runner:
                     first = await runner.run(_work.first_task, text)
                     t_first = time.perf_counter()
                     await runner.run(_work.first_task, text)
                     t_next = time.perf_counter()
                     where = await _warm(lambda: runner.run(_work.warm_task, 0.05, text))
-                    mem1 = _common.tree_memory()
+                    mem1 = _machine.tree_memory()
                     t_close = time.perf_counter()
                 out["close_ms"] = (time.perf_counter() - t_close) * 1000
                 out["info"] = runner.info
@@ -142,16 +146,16 @@ def contender(kind: str):
             })
             return out
 
-        return _common.run_async(body, loop)
+        return _contenders.run_async(body, loop)
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    start = _common.Table(["contender", "first result p50 ms", "p99 ms", "max ms", "ready ms",
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    start = _report.Table(["contender", "first result p50 ms", "p99 ms", "max ms", "ready ms",
                            "first task ms", "next task ms", "import ms"],
                           "Start to first result (ms):")
-    mem = _common.Table(["contender", "RSS added MiB", "per worker", "PSS added MiB",
+    mem = _report.Table(["contender", "RSS added MiB", "per worker", "PSS added MiB",
                          "of which this process", "processes added"],
                         "Memory added by 2 warm workers:")
     first: dict[str, float] = {}
@@ -161,23 +165,23 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     infos = []
     mib = 1024.0
     for name, good in start.each(results, also=[mem]):
-        s = _common.summarize(_common.collect(good, "first_result_ms"))
+        s = _stats.summarize(_stats.collect(good, "first_result_ms"))
         first[name] = s["p50"]
 
         def med(key: str, good: list[dict[str, Any]] = good) -> float:
-            return _common.median(_common.collect(good, key))
+            return _stats.median(_stats.collect(good, key))
 
-        start.add(name, *_common.latency_cells(s), _common.fmt(s["max"]),
-                  _common.fmt(med("ready_ms")), _common.fmt(med("first_task_ms"), 2),
-                  _common.fmt(med("next_task_ms"), 2), _common.fmt(med("import_ms")))
+        start.add(name, *_report.latency_cells(s), _report.fmt(s["max"]),
+                  _report.fmt(med("ready_ms")), _report.fmt(med("first_task_ms"), 2),
+                  _report.fmt(med("next_task_ms"), 2), _report.fmt(med("import_ms")))
         rss[name] = med("rss_added_kib") / mib
         pss[name] = med("pss_added_kib") / mib
-        mem.add(name, _common.fmt(rss[name]), _common.fmt(rss[name] / _common.WORKERS),
-                _common.fmt(pss[name]), _common.fmt(med("rss_self_added_kib") / mib),
+        mem.add(name, _report.fmt(rss[name]), _report.fmt(rss[name] / _contenders.WORKERS),
+                _report.fmt(pss[name]), _report.fmt(med("rss_self_added_kib") / mib),
                 f"{med('processes_added'):g}")
-        seen = min(_common.collect(good, "workers_seen"))
+        seen = min(_stats.collect(good, "workers_seen"))
         infos.append(f"{name}: {good[0]['info']}"
-                     + ("" if seen >= _common.WORKERS else f" (only {seen:g} worker(s) ran the "
+                     + ("" if seen >= _contenders.WORKERS else f" (only {seen:g} worker(s) ran the "
                                                            "warm tasks in some sample)"))
         summary[name] = {"first_result_ms": s, "rss_added_mib": rss[name],
                          "pss_added_mib": pss[name],
@@ -185,28 +189,28 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     fork = "procpool-fork"
     targets = []
     for ours in ("aiosubinterp", "aiosubinterp+preload"):
-        targets.append(_common.Target(f"{ours}: first result / fork pool's",
-                                      _common.ratio(first.get(ours), first.get(fork)), "<=", 1.0,
+        targets.append(_report.Target(f"{ours}: first result / fork pool's",
+                                      _stats.ratio(first.get(ours), first.get(fork)), "<=", 1.0,
                                       note="ProcessPoolExecutor(2, fork), p50"))
     for ours in ("aiosubinterp", "aiosubinterp+preload"):
-        targets.append(_common.Target(f"{ours}: RSS added / fork pool's",
-                                      _common.ratio(rss.get(ours), rss.get(fork)), "<=", 0.5,
+        targets.append(_report.Target(f"{ours}: RSS added / fork pool's",
+                                      _stats.ratio(rss.get(ours), rss.get(fork)), "<=", 0.5,
                                       note="ProcessPoolExecutor(2, fork), 2 warm workers"))
     for anchor, what in (("stdlib-interpreters", "concurrent.interpreters"),
                          ("stdlib-executor", "InterpreterPoolExecutor")):
-        targets.append(_common.Target(f"aiosubinterp: first result / stdlib {what}'s",
-                                      _common.ratio(first.get("aiosubinterp"), first.get(anchor)),
+        targets.append(_report.Target(f"aiosubinterp: first result / stdlib {what}'s",
+                                      _stats.ratio(first.get("aiosubinterp"), first.get(anchor)),
                                       "<=", 1.0, note="3.14+, p50"))
-    targets.append(_common.Target("(info) aiosubinterp: RSS added / stdlib executor's",
-                                  _common.ratio(rss.get("aiosubinterp"),
-                                                rss.get("stdlib-executor")), "<=", 1.0,
+    targets.append(_report.Target("(info) aiosubinterp: RSS added / stdlib executor's",
+                                  _stats.ratio(rss.get("aiosubinterp"),
+                                               rss.get("stdlib-executor")), "<=", 1.0,
                                   note="3.14+, 2 warm workers"))
-    targets.append(_common.Target("(info) aiosubinterp: PSS added / fork pool's",
-                                  _common.ratio(pss.get("aiosubinterp"), pss.get(fork)), "<=", 0.5,
+    targets.append(_report.Target("(info) aiosubinterp: PSS added / fork pool's",
+                                  _stats.ratio(pss.get("aiosubinterp"), pss.get(fork)), "<=", 0.5,
                                   note="PSS: forked workers share their parent's pages"))
-    targets.append(_common.Target("(info) aiosubinterp: RSS added / forkserver pool's",
-                                  _common.ratio(rss.get("aiosubinterp"),
-                                                rss.get("procpool-forkserver")), "<=", 0.5,
+    targets.append(_report.Target("(info) aiosubinterp: RSS added / forkserver pool's",
+                                  _stats.ratio(rss.get("aiosubinterp"),
+                                               rss.get("procpool-forkserver")), "<=", 0.5,
                                   note="forkserver + resource tracker + 2 workers"))
     n = params["rounds"]
     notes = [
@@ -223,11 +227,11 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "sharing their parent's pages copy-on-write, add less unique memory than interpreters.",
         *infos,
     ]
-    return _common.Report([start.section(), mem.section()], targets, notes, summary)
+    return _report.Report([start.section(), mem.section()], targets, notes, summary)
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_startup: cold start of a 2-worker pool to first result, and its memory",
         contenders={name: contender(name) for name in NAMES},

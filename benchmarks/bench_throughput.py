@@ -49,7 +49,11 @@ import asyncio
 import sys
 from typing import Any
 
-import _common
+import _contenders
+import _harness
+import _report
+import _stats
+import _timing
 import _work
 
 NAMES = [
@@ -88,10 +92,10 @@ def contender(kind: str):
                 raise AssertionError(f"gather of {n} noop(i) returned wrong results")
 
         async def body() -> dict[str, Any]:
-            async with _common.open_runner(kind, loop) as runner:
+            async with _contenders.open_runner(kind, loop) as runner:
                 submit = runner.submit
                 await asyncio.gather(*(submit(_work.noop, i) for i in range(warmup)))
-                meters = await _common.time_batches_async(
+                meters = await _timing.time_batches_async(
                     batches, lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))),
                     check)
                 info = runner.info
@@ -100,59 +104,59 @@ def contender(kind: str):
 
                     alive = len(_interpreters.list_all()) - 1
                     info += f"; interpreters alive after the batch: {alive}"
-                return _common.batch_result(meters, n, info)
+                return _timing.batch_result(meters, n, info)
 
-        return _common.run_async(body, loop, anyio_runner=_common.needs_anyio_runner(kind))
+        return _contenders.run_async(body, loop, anyio_runner=_contenders.needs_anyio_runner(kind))
 
     return run
 
 
-def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
-    table = _common.Table(["contender", "tasks/batch", "median tasks/s", "min", "max",
-                           "ours vs it", "executor vs it", *_common.LOAD_HEADERS], error_col=2)
+def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
+    table = _report.Table(["contender", "tasks/batch", "median tasks/s", "min", "max",
+                           "ours vs it", "executor vs it", *_report.LOAD_HEADERS], error_col=2)
     med: dict[str, float] = {}
     for name, good in table.each(results):
-        rates = _common.collect(good, "rate")
-        med[name] = _common.median(rates)
-        table.add(name, f"{good[0]['tasks']:,}", *_common.rate_cells(rates), "", "",
-                  *_common.load_cells(good))
+        rates = _stats.collect(good, "rate")
+        med[name] = _stats.median(rates)
+        table.add(name, f"{good[0]['tasks']:,}", *_report.rate_cells(rates), "", "",
+                  *_report.load_cells(good))
     ours = med.get("aiosubinterp")
     executor = med.get(EXECUTOR)
     for name, rate in med.items():
         if ours:
-            table.set(name, 5, _common.fmt_ratio(ours / rate))
+            table.set(name, 5, _report.fmt_ratio(ours / rate))
         if executor:
-            table.set(name, 6, _common.fmt_ratio(executor / rate))
+            table.set(name, 6, _report.fmt_ratio(executor / rate))
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if n in med]
     best_pool = max(pools, key=lambda n: med[n]) if pools else None
     targets = [
-        _common.Target("tasks/s / to_thread's", _common.ratio(ours, med.get("to_thread")), ">=",
-                       2 if _common.FREE_THREADED else 3,
+        _report.Target("tasks/s / to_thread's", _stats.ratio(ours, med.get("to_thread")), ">=",
+                       2 if _contenders.FREE_THREADED else 3,
                        note="asyncio.to_thread, 2 threads"
-                       + (" (free-threaded build)" if _common.FREE_THREADED else "")),
-        _common.Target("(info) tasks/s / ThreadPoolExecutor's",
-                       _common.ratio(ours, med.get("threadpool")), ">=", 1,
+                       + (" (free-threaded build)" if _contenders.FREE_THREADED else "")),
+        _report.Target("(info) tasks/s / ThreadPoolExecutor's",
+                       _stats.ratio(ours, med.get("threadpool")), ">=", 1,
                        note="run_in_executor; free-threaded builds"),
-        _common.Target("tasks/s / process pool's",
-                       _common.ratio(ours, med.get(best_pool) if best_pool else None), ">=", 10,
+        _report.Target("tasks/s / process pool's",
+                       _stats.ratio(ours, med.get(best_pool) if best_pool else None), ">=", 10,
                        note=f"{best_pool or 'process pool'} (the faster pool)"),
-        _common.Target("tasks/s / stdlib InterpreterPoolExecutor's",
-                       _common.ratio(ours, med.get("stdlib-executor")), ">=", 10,
+        _report.Target("tasks/s / stdlib InterpreterPoolExecutor's",
+                       _stats.ratio(ours, med.get("stdlib-executor")), ">=", 10,
                        note="3.14+: concurrent.futures, run_in_executor"),
-        _common.Target("(info) tasks/s / stdlib concurrent.interpreters'",
-                       _common.ratio(ours, med.get("stdlib-interpreters")), ">=", 1,
+        _report.Target("(info) tasks/s / stdlib concurrent.interpreters'",
+                       _stats.ratio(ours, med.get("stdlib-interpreters")), ">=", 1,
                        note="3.14+: interp.call on 2 threads"),
-        _common.Target("(info) executor tasks/s / stdlib executor's",
-                       _common.ratio(executor, med.get("stdlib-executor")), ">=", 1,
+        _report.Target("(info) executor tasks/s / stdlib executor's",
+                       _stats.ratio(executor, med.get("stdlib-executor")), ">=", 1,
                        note="3.14+: both via run_in_executor"),
-        _common.Target("tasks/s / anyio.to_interpreter's",
-                       _common.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
+        _report.Target("tasks/s / anyio.to_interpreter's",
+                       _stats.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
                        note="an anchor, no figure"),
-        _common.Target("executor tasks/s / process pool's",
-                       _common.ratio(executor, med.get(best_pool) if best_pool else None), ">=", 5,
+        _report.Target("executor tasks/s / process pool's",
+                       _stats.ratio(executor, med.get(best_pool) if best_pool else None), ">=", 5,
                        note=f"both via run_in_executor; {best_pool or 'process pool'}"),
-        _common.Target("executor tasks/s / pep734 executor's",
-                       _common.ratio(executor, med.get("pep734-executor")), ">=", 5,
+        _report.Target("executor tasks/s / pep734 executor's",
+                       _stats.ratio(executor, med.get("pep734-executor")), ">=", 5,
                        note="both via run_in_executor; interpreters-pep-734"),
     ]
     notes = [
@@ -168,14 +172,14 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "run_in_executor adds asyncio's own cost to every call of every executor (wrap_future, a "
         "call_soon_threadsafe from the thread that completes the future, the copy of its state "
         "on the loop), which is why the executor row is below the pool's.",
-        _common.LOAD_NOTE,
+        _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _common.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
+    return _report.Report([table.section()], targets, notes, {"median_tasks_per_s": med})
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(
+    sys.exit(_harness.main(
         doc=__doc__,
         title="bench_throughput: trivial tasks per second, all submitted at once, 2 workers",
         contenders={name: contender(name) for name in NAMES},

@@ -107,7 +107,7 @@ def sdist_problems(path: pathlib.Path) -> list[str]:
                   "ext/includes/capi.pxd", "ext/includes/compat.h", "ext/includes/lockorder.h",
                   "aiosubinterp/_version.py", "aiosubinterp/py.typed", "aiosubinterp/_core.pyi",
                   "tests/conftest.py", "tests/test_pool.py", "tests/test_dist.py",
-                  "examples/aiohttp_app.py", "benchmarks/_common.py", "mkdocs.yml",
+                  "examples/aiohttp_app.py", "benchmarks/_harness.py", "mkdocs.yml",
                   "docs/index.md", "docs/reference/pools.md"]
         problems += [f"{path.name}: lacks {n}" for n in needed if n not in names]
         unwanted = sorted(n for n in names if n in ("ext/_core.c", "ext/_core.html")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import asyncfuncs
 import pytest
 import workfuncs
 from aiohelpers import read_byte
@@ -27,10 +28,10 @@ needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
 @needs_313
 async def test_async_function_runs_in_the_worker():
     async with asi.InterpreterPool(1) as pool:
-        assert await asyncio.wait_for(pool.run(workfuncs.async_add, 2, b=3), 30) == 5
-        assert await asyncio.wait_for(pool.run(workfuncs.async_gather_squares, 10), 30) == 285
+        assert await asyncio.wait_for(pool.run(asyncfuncs.async_add, 2, b=3), 30) == 5
+        assert await asyncio.wait_for(pool.run(asyncfuncs.async_gather_squares, 10), 30) == 285
         # A plain function returning a coroutine is driven the same way.
-        assert await asyncio.wait_for(pool.run(workfuncs.returns_coroutine, 1, 1), 30) == 2
+        assert await asyncio.wait_for(pool.run(asyncfuncs.returns_coroutine, 1, 1), 30) == 2
         # Plain functions still take the synchronous path.
         assert await pool.run(workfuncs.square, 4) == 16
         assert pool.statistics()["completed"] == 4
@@ -39,9 +40,9 @@ async def test_async_function_runs_in_the_worker():
 @needs_313
 async def test_worker_loop_is_stock_asyncio_and_persistent():
     async with asi.Interpreter() as interp:
-        loop_id, module, where = await asyncio.wait_for(interp.run(workfuncs.async_loop_facts), 30)
+        loop_id, module, where = await asyncio.wait_for(interp.run(asyncfuncs.async_loop_facts), 30)
         assert module.startswith("asyncio") and where == interp.id
-        again, _, _ = await asyncio.wait_for(interp.run(workfuncs.async_loop_facts), 30)
+        again, _, _ = await asyncio.wait_for(interp.run(asyncfuncs.async_loop_facts), 30)
         assert again == loop_id
 
 
@@ -49,9 +50,9 @@ async def test_worker_loop_is_stock_asyncio_and_persistent():
 async def test_async_errors_keep_their_type():
     async with asi.InterpreterPool(1) as pool:
         with pytest.raises(workfuncs.CustomError, match="boom") as info:
-            await asyncio.wait_for(pool.run(workfuncs.async_raise, "boom"), 30)
+            await asyncio.wait_for(pool.run(asyncfuncs.async_raise, "boom"), 30)
         assert "async_raise" in info.value.__cause__.remote_traceback
-        assert await asyncio.wait_for(pool.run(workfuncs.async_add, 1), 30) == 1
+        assert await asyncio.wait_for(pool.run(asyncfuncs.async_add, 1), 30) == 1
 
 
 @needs_313
@@ -61,7 +62,7 @@ async def test_cancel_cancels_the_coroutine_in_the_worker(pipe, kind):
     engine = asi.InterpreterPool(1) if kind == "pool" else asi.Interpreter()
     async with engine:
         first = await engine.run(workfuncs.interp_id)
-        task = engine.submit(workfuncs.async_wait_forever, w)
+        task = engine.submit(asyncfuncs.async_wait_forever, w)
         assert await read_byte(r) == b"s"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -70,7 +71,7 @@ async def test_cancel_cancels_the_coroutine_in_the_worker(pipe, kind):
         assert await read_byte(r) == b"c"
         # Same interpreter, not replaced, and ready for more coroutines.
         assert await asyncio.wait_for(engine.run(workfuncs.interp_id), 30) == first
-        assert await asyncio.wait_for(engine.run(workfuncs.async_add, 7), 30) == 7
+        assert await asyncio.wait_for(engine.run(asyncfuncs.async_add, 7), 30) == 7
         stats = engine.statistics()
         assert stats["replaced"] == 0 and stats["completed"] == 4
 
@@ -79,19 +80,19 @@ async def test_cancel_cancels_the_coroutine_in_the_worker(pipe, kind):
 async def test_timeout_on_a_coroutine(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1) as pool:
-        task = pool.submit(workfuncs.async_wait_forever, w)
+        task = pool.submit(asyncfuncs.async_wait_forever, w)
         assert await read_byte(r) == b"s"
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(task, 0.1)
         assert await read_byte(r) == b"c"
-        assert await asyncio.wait_for(pool.run(workfuncs.async_add, 1, 2), 30) == 3
+        assert await asyncio.wait_for(pool.run(asyncfuncs.async_add, 1, 2), 30) == 3
 
 
 @needs_313
 async def test_coroutines_in_several_workers_and_interpreter_tasks():
     async with asi.InterpreterPool(2) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_add, i, i) for i in range(20))), 60)
+            asyncio.gather(*(pool.run(asyncfuncs.async_add, i, i) for i in range(20))), 60)
         assert results == [2 * i for i in range(20)]
 
 
@@ -106,16 +107,16 @@ def _run_child(source: str) -> subprocess.CompletedProcess:
 def test_coroutines_refused_on_312_with_a_clear_error():
     proc = _run_child("""
         import asyncio, platform
-        import aiosubinterp as asi, workfuncs
+        import aiosubinterp as asi, asyncfuncs, workfuncs
 
         async def main():
             async with asi.InterpreterPool(1) as pool:
                 try:
-                    pool.submit(workfuncs.async_add, 1)
+                    pool.submit(asyncfuncs.async_add, 1)
                 except RuntimeError as exc:
                     print("call site:", exc)
                 try:
-                    await asyncio.wait_for(pool.run(workfuncs.returns_coroutine, 1, 2), 30)
+                    await asyncio.wait_for(pool.run(asyncfuncs.returns_coroutine, 1, 2), 30)
                 except RuntimeError as exc:
                     print("worker:", exc)
                 print(await pool.run(workfuncs.imported, "asyncio"))

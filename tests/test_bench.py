@@ -359,38 +359,38 @@ def test_wrk_missing_without_root_says_how_to_install(bench_http, monkeypatch):
         bench_http.find_wrk(install=False)
 
 
-# -- benchmarks/_common.py: the free-threaded build's thread contenders --------------
+# -- benchmarks/_contenders.py: the free-threaded build's thread contenders ----------
 
 @pytest.fixture(scope="module")
-def bench_common():
+def bench_contenders():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        return importlib.import_module("_common"), importlib.import_module("_work")
+        return importlib.import_module("_contenders"), importlib.import_module("_work")
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_threadpool_contender_runs_calls_on_its_own_threads(bench_common, loop):
-    common, work = bench_common
+def test_threadpool_contender_runs_calls_on_its_own_threads(bench_contenders, loop):
+    contenders, work = bench_contenders
 
     async def body():
-        async with common.open_runner("threadpool", loop, workers=2) as runner:
+        async with contenders.open_runner("threadpool", loop, workers=2) as runner:
             results = await asyncio.gather(*(runner.submit(work.noop, i) for i in range(20)))
             idents = {await runner.run(threading.get_ident) for _ in range(10)}
             return runner.info, results, idents
 
-    info, results, idents = common.run_async(body, loop)
+    info, results, idents = contenders.run_async(body, loop)
     assert info == "concurrent.futures.ThreadPoolExecutor(2), loop.run_in_executor"
     assert results == list(range(20))
     assert threading.get_ident() not in idents and 1 <= len(idents) <= 2
 
 
-def test_thread_contenders_run_by_default_exactly_on_free_threaded_builds(bench_common):
-    common, _ = bench_common
+def test_thread_contenders_run_by_default_exactly_on_free_threaded_builds(bench_contenders):
+    contenders, _ = bench_contenders
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    assert common.FREE_THREADED is free_threaded
+    assert contenders.FREE_THREADED is free_threaded
     names = ["aiosubinterp", "threadpool", "to_thread"]
-    assert common.default_selection(names) == (names if free_threaded
-                                                else ["aiosubinterp", "to_thread"])
-    assert "threadpool" in common.POOL_KINDS
+    assert contenders.default_selection(names) == (names if free_threaded
+                                                    else ["aiosubinterp", "to_thread"])
+    assert "threadpool" in contenders.POOL_KINDS

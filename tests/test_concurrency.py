@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import asyncfuncs
 import pytest
 import workfuncs
 from aiohelpers import read_byte, until
@@ -30,7 +31,7 @@ async def test_coroutines_run_together_in_one_interpreter():
     async with asi.InterpreterPool(1, concurrency_per_interpreter=5) as pool:
         # Each waits until all five are inside at once: only concurrency lets them finish.
         ids = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_rendezvous, "five", 5) for _ in range(5))),
+            asyncio.gather(*(pool.run(asyncfuncs.async_rendezvous, "five", 5) for _ in range(5))),
             30)
         assert len(set(ids)) == 1
 
@@ -40,7 +41,7 @@ async def test_at_most_n_coroutines_per_interpreter(pipe):
     r, w = pipe
     async with asi.InterpreterPool(2, concurrency_per_interpreter=3) as pool:
         # Each probe holds until released: both interpreters fill up to the limit, no further.
-        tasks = [pool.submit(workfuncs.async_probe_until_readable, "cap", r) for _ in range(30)]
+        tasks = [pool.submit(asyncfuncs.async_probe_until_readable, "cap", r) for _ in range(30)]
         await until(lambda: pool.statistics()["running"] == 6)
         os.write(w, b"go")
         results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
@@ -55,10 +56,10 @@ async def test_at_most_n_coroutines_per_interpreter(pipe):
 async def test_an_async_initializer_runs_to_its_end_at_any_concurrency(concurrency):
     # With concurrency > 1 it used to fail the pool's start with "no
     # dispatched job to start a session with": no job exists yet at start.
-    async with asi.InterpreterPool(2, initializer=workfuncs.async_initializer,
+    async with asi.InterpreterPool(2, initializer=asyncfuncs.async_initializer,
                                    initargs=("ready",),
                                    concurrency_per_interpreter=concurrency) as pool:
-        values = await asyncio.gather(*(pool.run(workfuncs.read_state, "initialized")
+        values = await asyncio.gather(*(pool.run(workfuncs.get_state, "initialized")
                                         for _ in range(8)))
         assert values == ["ready"] * 8
 
@@ -67,7 +68,7 @@ async def test_an_async_initializer_runs_to_its_end_at_any_concurrency(concurren
 async def test_default_concurrency_runs_one_coroutine_at_a_time():
     async with asi.InterpreterPool(1) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_probe, "one", 0.005) for _ in range(6))), 30)
+            asyncio.gather(*(pool.run(asyncfuncs.async_probe, "one", 0.005) for _ in range(6))), 30)
         assert {peak for peak, _ in results} == {1}
         assert pool.statistics()["concurrency"] == 1
 
@@ -76,10 +77,10 @@ async def test_default_concurrency_runs_one_coroutine_at_a_time():
 async def test_many_results_each_delivered_once_in_order():
     async with asi.InterpreterPool(2, concurrency_per_interpreter=8) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_sleep_add, i, 1, 0.001 * (i % 3))
+            asyncio.gather(*(pool.run(asyncfuncs.async_sleep_add, i, 1, 0.001 * (i % 3))
                              for i in range(500))), 60)
         assert results == [i + 1 for i in range(500)]
-        mapped = [r async for r in pool.map(workfuncs.async_add, range(300))]
+        mapped = [r async for r in pool.map(asyncfuncs.async_add, range(300))]
         assert mapped == list(range(300))
         stats = pool.statistics()
         assert stats["completed"] == 800 and stats["running"] == 0 and stats["queued"] == 0
@@ -89,7 +90,7 @@ async def test_many_results_each_delivered_once_in_order():
 async def test_plain_calls_join_a_running_session(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        slow = pool.submit(workfuncs.async_add_when_readable, r, 1, 2)  # until released
+        slow = pool.submit(asyncfuncs.async_add_when_readable, r, 1, 2)  # until released
         await until(lambda: pool.statistics()["running"] == 1)
         # Plain functions run on the interpreter while the coroutine waits.
         squares = await asyncio.wait_for(asyncio.gather(*(pool.run(workfuncs.square, i)
@@ -104,7 +105,7 @@ async def test_plain_calls_join_a_running_session(pipe):
 async def test_statistics_count_running_coroutines(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        tasks = [pool.submit(workfuncs.async_wait_forever, w) for _ in range(3)]
+        tasks = [pool.submit(asyncfuncs.async_wait_forever, w) for _ in range(3)]
         for _ in range(3):
             assert await read_byte(r) == b"s"
         stats = pool.statistics()
@@ -124,9 +125,9 @@ async def test_cancel_one_coroutine_leaves_the_others_running(pipe):
     gate_r, gate_w = os.pipe()
     try:
         async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-            waiter = pool.submit(workfuncs.async_wait_forever, w)
+            waiter = pool.submit(asyncfuncs.async_wait_forever, w)
             assert await read_byte(r) == b"s"
-            others = [pool.submit(workfuncs.async_add_when_readable, gate_r, i)
+            others = [pool.submit(asyncfuncs.async_add_when_readable, gate_r, i)
                       for i in range(3)]  # until released
             await until(lambda: pool.statistics()["running"] == 4)
             waiter.cancel()
@@ -151,7 +152,7 @@ async def test_cancel_a_plain_call_running_inside_a_session(pipe):
     try:
         async with asi.InterpreterPool(1, concurrency_per_interpreter=4, cancel_grace=10) as pool:
             first = await pool.run(workfuncs.interp_id)
-            waiter = pool.submit(workfuncs.async_wait_forever, w2)
+            waiter = pool.submit(asyncfuncs.async_wait_forever, w2)
             assert await read_byte(r2) == b"s"
             spinner = pool.submit(workfuncs.signal_then_spin, w)
             assert await read_byte(r) == b"s"
@@ -174,9 +175,9 @@ async def test_cancel_a_plain_call_running_inside_a_session(pipe):
 async def test_timeouts_and_errors_stay_with_their_task(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        good = pool.submit(workfuncs.async_sleep_add, 2, 3, 0.1)
-        bad = pool.submit(workfuncs.async_raise, "only me")
-        slow = pool.submit(workfuncs.async_wait_forever, w)
+        good = pool.submit(asyncfuncs.async_sleep_add, 2, 3, 0.1)
+        bad = pool.submit(asyncfuncs.async_raise, "only me")
+        slow = pool.submit(asyncfuncs.async_wait_forever, w)
         assert await read_byte(r) == b"s"
         with pytest.raises(workfuncs.CustomError, match="only me"):
             await bad
@@ -190,17 +191,17 @@ async def test_timeouts_and_errors_stay_with_their_task(pipe):
 async def test_exit_like_exceptions_in_a_session_are_reported(pipe):
     r, w = pipe
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
-        slow = pool.submit(workfuncs.async_add_when_readable, r, 1, 1)  # until released
+        slow = pool.submit(asyncfuncs.async_add_when_readable, r, 1, 1)  # until released
         await until(lambda: pool.statistics()["running"] == 1)
         # As outside sessions: they come back as ExecutionFailed, never escape.
         for fn, args in [(workfuncs.raise_exit, (3,)), (workfuncs.raise_keyboard, ()),
-                         (workfuncs.async_raise_exit, (4,))]:
+                         (asyncfuncs.async_raise_exit, (4,))]:
             with pytest.raises(asi.ExecutionFailed, match="in its interpreter"):
                 await asyncio.wait_for(pool.run(fn, *args), 30)
         assert not slow.done()  # the session survived them
         os.write(w, b"go")
         assert await asyncio.wait_for(slow, 30) == 2
-        assert await asyncio.wait_for(pool.run(workfuncs.async_add, 4), 30) == 4
+        assert await asyncio.wait_for(pool.run(asyncfuncs.async_add, 4), 30) == 4
 
 
 @needs_313
@@ -208,7 +209,7 @@ async def test_max_tasks_retires_interpreters_serving_sessions():
     async with asi.InterpreterPool(1, concurrency_per_interpreter=4,
                                    max_tasks_per_interpreter=5) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(workfuncs.async_sleep_add, i, 0, 0.01) for i in range(23))),
+            asyncio.gather(*(pool.run(asyncfuncs.async_sleep_add, i, 0, 0.01) for i in range(23))),
             60)
         assert results == list(range(23))
         ids = {await pool.run(workfuncs.interp_id) for _ in range(2)}
@@ -219,7 +220,7 @@ async def test_max_tasks_retires_interpreters_serving_sessions():
 async def test_close_waits_for_running_coroutines(pipe):
     r, w = pipe
     pool = asi.InterpreterPool(1, concurrency_per_interpreter=4)
-    tasks = [pool.submit(workfuncs.async_add_when_readable, r, i, 1) for i in range(4)]
+    tasks = [pool.submit(asyncfuncs.async_add_when_readable, r, i, 1) for i in range(4)]
     await until(lambda: pool.statistics()["running"] == 4)  # each until released
     close = asyncio.ensure_future(pool.aclose())
     await until(lambda: pool.statistics()["state"] == "closing")
@@ -251,12 +252,12 @@ def test_exit_with_coroutines_running_in_sessions_is_prompt(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS)])
     source = textwrap.dedent("""
         import asyncio, os, sys
-        import aiosubinterp as asi, workfuncs
+        import aiosubinterp as asi, asyncfuncs
 
         async def main():
             r, w = os.pipe()
             pool = asi.InterpreterPool(2, concurrency_per_interpreter=3)
-            tasks = [pool.submit(workfuncs.async_wait_forever, w) for _ in range(6)]
+            tasks = [pool.submit(asyncfuncs.async_wait_forever, w) for _ in range(6)]
             for _ in range(6):
                 os.read(r, 1)
             print("running", pool.statistics()["running"], flush=True)

@@ -25,7 +25,7 @@ import sysconfig
 import textwrap
 
 import pytest
-import workfuncs
+import stdlibfuncs
 
 from aiosubinterp import _quirks
 
@@ -94,7 +94,7 @@ def wrong_here(name: str) -> str:
 
 CHILD = """
 import asyncio, json, sys
-import aiosubinterp as asi, workfuncs
+import aiosubinterp as asi, stdlibfuncs, workfuncs
 
 async def main(names):
     interps = [asi.Interpreter() for _ in range({workers})]
@@ -105,8 +105,9 @@ async def main(names):
             # Workers first: main importing a module first can hide the crash
             # (3.13.0 survives _datetime in workers once main imported it).
             outcomes = await asyncio.gather(
-                *(i.run(workfuncs.exercise_stdlib, name) for i in interps), return_exceptions=True)
-            value, loaded = workfuncs.exercise_stdlib(name)
+                *(i.run(stdlibfuncs.exercise_stdlib, name) for i in interps),
+                return_exceptions=True)
+            value, loaded = stdlibfuncs.exercise_stdlib(name)
             report = {{"name": name, "main": loaded, "workers": []}}
             for out in outcomes:
                 if isinstance(out, asi.ModuleRefusedError):
@@ -170,7 +171,7 @@ def pinpoint(tmp_path: pathlib.Path, names: list[str]) -> list[str]:
 
 def test_every_exercise_is_in_one_group():
     listed = [name for names in GROUPS.values() for name in names]
-    assert sorted(listed) == sorted(workfuncs.STDLIB_EXERCISES)
+    assert sorted(listed) == sorted(stdlibfuncs.STDLIB_EXERCISES)
     assert len(set(listed)) == len(listed)
     assert set(REFUSED) <= set(listed)
 
@@ -227,16 +228,16 @@ def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
     script = tmp_path / "kw_child.py"
     script.write_text(textwrap.dedent("""
         import asyncio
-        import aiosubinterp as asi, workfuncs
+        import aiosubinterp as asi, stdlibfuncs
 
         async def main():
             results = []
             for _ in range(3):
                 async with asi.InterpreterPool(2) as pool:
-                    results += await asyncio.gather(*(pool.run(workfuncs.keyword_calls)
+                    results += await asyncio.gather(*(pool.run(stdlibfuncs.keyword_calls)
                                                       for _ in range(4)))
             assert all(r == results[0] for r in results)
-            assert results[0] == workfuncs.keyword_calls(), results[0]
+            assert results[0] == stdlibfuncs.keyword_calls(), results[0]
             print("ok", flush=True)
 
         asyncio.run(main())
