@@ -198,7 +198,8 @@ def _ex_typing():
         title: str
         year: int
 
-    return str(typing.Optional[list[int]]), sorted  # noqa: UP045 - typing's own Optional, on purpose(typing.get_type_hints(Movie))
+    # typing's own Optional, on purpose:
+    return str(typing.Optional[list[int]]), sorted(typing.get_type_hints(Movie))  # noqa: UP045
 
 
 def _ex_dataclasses():
