@@ -79,6 +79,21 @@ def test_bench_quick(tmp_path):
     assert "[1/1]" in err and "\x1b[" not in err
 
 
+def test_bench_run_from_another_folder_says_where_the_benchmarks_are(tmp_path):
+    # The installed package holds no benchmarks (they are in the repository):
+    # --dir pointing where there are none says so and how to fix it.
+    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "bench", "--quick", "--dir",
+                           str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"no benchmarks found in {tmp_path / 'nowhere'}" in proc.stderr
+    assert "run this from a clone of the repository" in proc.stderr and "--dir" in proc.stderr
+    # From a clone's root, --dir relative to the current folder works.
+    out, _ = cli("bench", "--quick", "--only", "roundtrip", "--dir", "benchmarks",
+                 "--out", str(tmp_path / "out"), timeout=300, stderr=True)
+    assert f"report: {tmp_path / 'out'}/report.md" in out
+
+
 def test_without_the_extra_the_command_names_it():
     for command, blocked, extra in (("demo", "PIL", "demo"), ("bench", "matplotlib", "bench")):
         code = (f"import sys; sys.modules[{blocked!r}] = None; "

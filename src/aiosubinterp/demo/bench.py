@@ -263,15 +263,25 @@ def _report_section(name: str, doc: dict[str, Any], cmd: list[str], chart_name: 
 
 def run_bench(quick: bool, only: str | None, out: str, bench_dir: str | None) -> int:
     """The ``bench`` command; returns 1 if a benchmark failed or none was found."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    bench_dir = bench_dir or os.path.join(root, "benchmarks")
+    if bench_dir is None:
+        # The benchmarks live in the repository, not in the installed package:
+        # ./benchmarks in a clone, or the checkout of an editable install
+        # (src/aiosubinterp/demo/ -> the clone's root).
+        checkout = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
+        found = [d for d in (os.path.abspath("benchmarks"), os.path.join(checkout, "benchmarks"))
+                 if glob.glob(os.path.join(d, "bench_*.py"))]
+        bench_dir = found[0] if found else os.path.abspath("benchmarks")
+    bench_dir = os.path.abspath(bench_dir)
+    root = os.path.dirname(bench_dir)
     scripts = sorted(glob.glob(os.path.join(bench_dir, "bench_*.py")))
     if only:
         wanted = {f"bench_{n.strip().removeprefix('bench_').removesuffix('.py')}.py"
                   for n in only.split(",")}
         scripts = [s for s in scripts if os.path.basename(s) in wanted]
     if not scripts:
-        print(f"no benchmarks found in {bench_dir} (only={only!r})", file=sys.stderr)
+        print(f"no benchmarks found in {bench_dir} (only={only!r}): run this from a clone of the "
+              "repository (the benchmarks live in its benchmarks/ folder, not in the installed "
+              "package), or pass --dir", file=sys.stderr)
         return 1
     os.makedirs(out, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
