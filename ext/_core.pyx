@@ -163,18 +163,10 @@ def _lock_order_selftest(gil=False):
     return LOCK_ORDER_CHECKED
 
 # Lock-wait counters (ext/includes/lockorder.h): debug builds only.
-_LOCK_RANKS = (
-    ("chan", ASI_RANK_CHAN),
-    ("orphan", ASI_RANK_ORPHAN),
-    ("share", ASI_RANK_SHARE),
-    ("queue", ASI_RANK_QUEUE),
-    ("registry", ASI_RANK_REGISTRY),
-    ("hub", ASI_RANK_HUB),
-    ("interrupt", ASI_RANK_INTERRUPT),
-    ("shared_lock", ASI_RANK_SHARED_LOCK),
-)
-_NO_LOCK_STATS = ("lock-wait counters exist only in a debug build of aiosubinterp._core "
-                  "(built with AIOSUBINTERP_DEBUG=1); this build has none")
+cdef int refuse_lock_stats() except -1:
+    return raise_wrong_state("lock-wait counters exist only in a debug build of "
+                             "aiosubinterp._core (built with AIOSUBINTERP_DEBUG=1); this build "
+                             "has none")
 
 
 def _lock_stats():
@@ -190,9 +182,13 @@ def _lock_stats():
     """
     cdef unsigned long long out[4]
     if not ASI_LOCK_ORDER_CHECKED:
-        raise RuntimeError(_NO_LOCK_STATS)
+        refuse_lock_stats()
     stats = {}
-    for name, rank in _LOCK_RANKS:
+    for name, rank in (("chan", ASI_RANK_CHAN), ("orphan", ASI_RANK_ORPHAN),
+                       ("share", ASI_RANK_SHARE), ("queue", ASI_RANK_QUEUE),
+                       ("registry", ASI_RANK_REGISTRY), ("hub", ASI_RANK_HUB),
+                       ("interrupt", ASI_RANK_INTERRUPT),
+                       ("shared_lock", ASI_RANK_SHARED_LOCK)):
         asi_lock_stats_get(rank, out)
         stats[name] = {"rank": rank, "acquired": out[0], "contended": out[1],
                        "wait_ns": out[2], "hold_ns": out[3]}
@@ -238,16 +234,19 @@ cdef extern from *:
         return polls >= 200;
     #endif
     }
+    /* 0, or the error code of the mutex's or the thread's creation. */
     static int asi_lock_contention_selftest(void) {
         asi_contender c;
         pthread_t t;
         c.tid = 0;
-        if (asi_mutex_init(&c.mu, ASI_RANK_SHARED_LOCK, "m.mu (a test lock)") != 0) return -1;
+        int rc = asi_mutex_init(&c.mu, ASI_RANK_SHARED_LOCK, "m.mu (a test lock)");
+        if (rc != 0) return rc;
         asi_mutex_lock(&c.mu);
-        if (pthread_create(&t, NULL, asi_contender_main, &c) != 0) {
+        rc = pthread_create(&t, NULL, asi_contender_main, &c);
+        if (rc != 0) {
             asi_mutex_unlock(&c.mu);
             asi_mutex_destroy(&c.mu);
-            return -1;
+            return rc;
         }
         while (__atomic_load_n(&c.tid, __ATOMIC_ACQUIRE) == 0) usleep(1000);
         /* Bounded: 10 s at most. */
@@ -267,16 +266,18 @@ def _lock_stats_selftest():
     Adds 2 acquisitions, 1 of them contended, to _lock_stats()["shared_lock"].
     For tests/test_locks_and_timeouts.py only; RuntimeError in a release build.
     """
+    cdef int rc
     if not ASI_LOCK_ORDER_CHECKED:
-        raise RuntimeError(_NO_LOCK_STATS)
-    if asi_lock_contention_selftest() != 0:
-        raise OSError("could not start the test thread")
+        refuse_lock_stats()
+    rc = asi_lock_contention_selftest()
+    if rc != 0:
+        raise_os_error(rc, "could not start the selftest's thread", True)
 
 
 def _lock_stats_reset():
     """Zero the lock-wait counters of _lock_stats() (RuntimeError in a release build)."""
     if not ASI_LOCK_ORDER_CHECKED:
-        raise RuntimeError(_NO_LOCK_STATS)
+        refuse_lock_stats()
     asi_lock_stats_reset()
 
 
