@@ -233,7 +233,9 @@ static inline int asi_mutex_unlock(pthread_mutex_t *mu) {
 /* A condition-variable wait gives the mutex back while it sleeps: that time
  * is not held time. Every pthread_cond_wait and pthread_cond_timedwait of
  * this translation unit goes through these (the macros below; a
- * function-like macro does not expand inside its own expansion). */
+ * function-like macro does not expand inside its own expansion). macOS's
+ * pthread_cond_timedwait_relative_np (compat.h) does not: there a timed
+ * wait counts as held. */
 static inline int asi_cond_wait_counted(pthread_cond_t *cv, pthread_mutex_t *mu) {
     int i = asi_held_index(mu);
     if (i >= 0) asi_add_hold(i, asi_now_ns());
