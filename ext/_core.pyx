@@ -162,6 +162,125 @@ def _lock_order_selftest(gil=False):
     pthread_mutex_destroy(&mu)
     return LOCK_ORDER_CHECKED
 
+# Lock-wait counters (ext/includes/lockorder.h): debug builds only.
+cdef int refuse_lock_stats() except -1:
+    return raise_wrong_state("lock-wait counters exist only in a debug build of "
+                             "aiosubinterp._core (built with AIOSUBINTERP_DEBUG=1); this build "
+                             "has none")
+
+
+def _lock_stats():
+    """The process's lock-wait counters per lock rank (a debug build's only).
+
+    Returns {name: {"rank", "acquired", "contended", "wait_ns", "hold_ns"}}
+    for the ranks of ext/includes/lockorder.h: acquisitions of every mutex of
+    that rank, by every interpreter, since the process started or the last
+    _lock_stats_reset(); those that found the mutex taken (a trylock failed
+    first); the nanoseconds those waited; the nanoseconds the mutexes were
+    held (condition-variable waits excluded). Raises RuntimeError in a release
+    build, which keeps no counters.
+    """
+    cdef unsigned long long out[4]
+    if not ASI_LOCK_ORDER_CHECKED:
+        refuse_lock_stats()
+    stats = {}
+    for name, rank in (("chan", ASI_RANK_CHAN), ("orphan", ASI_RANK_ORPHAN),
+                       ("share", ASI_RANK_SHARE), ("queue", ASI_RANK_QUEUE),
+                       ("registry", ASI_RANK_REGISTRY), ("hub", ASI_RANK_HUB),
+                       ("interrupt", ASI_RANK_INTERRUPT),
+                       ("shared_lock", ASI_RANK_SHARED_LOCK)):
+        asi_lock_stats_get(rank, out)
+        stats[name] = {"rank": rank, "acquired": out[0], "contended": out[1],
+                       "wait_ns": out[2], "hold_ns": out[3]}
+    return stats
+
+
+cdef extern from *:
+    """
+    /* _lock_stats_selftest: one contended acquisition, for certain. The
+     * thread holds m while a second thread takes it; it lets go only once
+     * the second thread sleeps (blocked in the mutex: its trylock failed). */
+    #if defined(__linux__)
+    #include <sys/syscall.h>
+    #endif
+    typedef struct { pthread_mutex_t mu; int tid; } asi_contender;
+    static void *asi_contender_main(void *p) {
+        asi_contender *c = (asi_contender *)p;
+    #if defined(__linux__)
+        __atomic_store_n(&c->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+    #else
+        __atomic_store_n(&c->tid, 1, __ATOMIC_RELEASE);
+    #endif
+        asi_mutex_lock(&c->mu);
+        asi_mutex_unlock(&c->mu);
+        return NULL;
+    }
+    /* 1 when thread tid sleeps (Linux: its state in /proc); elsewhere 1
+     * after about 0.2 s. */
+    static int asi_thread_sleeps(int tid, int polls) {
+    #if defined(__linux__)
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *r = strrchr(buf, ')');
+        (void)polls;
+        return r != NULL && r[1] == ' ' && r[2] == 'S';
+    #else
+        (void)tid;
+        return polls >= 200;
+    #endif
+    }
+    /* 0, or the error code of the mutex's or the thread's creation. */
+    static int asi_lock_contention_selftest(void) {
+        asi_contender c;
+        pthread_t t;
+        c.tid = 0;
+        int rc = asi_mutex_init(&c.mu, ASI_RANK_SHARED_LOCK, "m.mu (a test lock)");
+        if (rc != 0) return rc;
+        asi_mutex_lock(&c.mu);
+        rc = pthread_create(&t, NULL, asi_contender_main, &c);
+        if (rc != 0) {
+            asi_mutex_unlock(&c.mu);
+            asi_mutex_destroy(&c.mu);
+            return rc;
+        }
+        while (__atomic_load_n(&c.tid, __ATOMIC_ACQUIRE) == 0) usleep(1000);
+        /* Bounded: 10 s at most. */
+        for (int i = 0; i < 10000 && !asi_thread_sleeps(c.tid, i); i++) usleep(1000);
+        asi_mutex_unlock(&c.mu);
+        pthread_join(t, NULL);
+        asi_mutex_destroy(&c.mu);
+        return 0;
+    }
+    """
+    int asi_lock_contention_selftest() nogil
+
+
+def _lock_stats_selftest():
+    """Two threads take one SharedLock-ranked test mutex, the second while the first holds it.
+
+    Adds 2 acquisitions, 1 of them contended, to _lock_stats()["shared_lock"].
+    For tests/test_locks_and_timeouts.py only; RuntimeError in a release build.
+    """
+    cdef int rc
+    if not ASI_LOCK_ORDER_CHECKED:
+        refuse_lock_stats()
+    rc = asi_lock_contention_selftest()
+    if rc != 0:
+        raise_os_error(rc, "could not start the selftest's thread", True)
+
+
+def _lock_stats_reset():
+    """Zero the lock-wait counters of _lock_stats() (RuntimeError in a release build)."""
+    if not ASI_LOCK_ORDER_CHECKED:
+        refuse_lock_stats()
+    asi_lock_stats_reset()
+
+
 JOB_KIND_CALL = JOB_CALL
 JOB_KIND_EXEC = JOB_EXEC
 STATUS_OK = DONE_OK

@@ -394,3 +394,80 @@ def test_thread_contenders_run_by_default_exactly_on_free_threaded_builds(bench_
     assert contenders.default_selection(names) == (names if free_threaded
                                                     else ["aiosubinterp", "to_thread"])
     assert "threadpool" in contenders.POOL_KINDS
+
+
+# -- benchmarks/bench_scaling.py's worker counts, option and report -----------------------
+
+@pytest.fixture(scope="module")
+def bench_scaling():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("bench_scaling")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_scaling_worker_counts_double_up_to_the_limit(bench_scaling):
+    assert bench_scaling.worker_counts(1) == [1]
+    assert bench_scaling.worker_counts(2) == [1, 2]
+    assert bench_scaling.worker_counts(6) == [1, 2, 4, 6]
+    assert bench_scaling.worker_counts(64) == [1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(ValueError, match="--max-workers must be >= 1, not 0"):
+        bench_scaling.worker_counts(0)
+
+
+def test_scaling_max_workers_option(bench_scaling, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench_scaling.py", "--quick", "--max-workers", "16"])
+    assert bench_scaling._max_workers_option() == 16
+    assert sys.argv == ["bench_scaling.py", "--quick"]
+    assert bench_scaling._max_workers_option() is None  # the default: the machine's CPUs
+    monkeypatch.setattr(sys, "argv", ["bench_scaling.py", "--max-workers", "0"])
+    with pytest.raises(SystemExit):
+        bench_scaling._max_workers_option()
+    assert "--max-workers must be >= 1, not 0" in capsys.readouterr().err
+
+
+def _scaling_round(rates, locks=None):
+    counts = {}
+    for w, rate in rates.items():
+        counts[str(w)] = {"wall": [1.0], "rate": [rate], "tasks": int(rate),
+                          "cpu_per_wall": 1.0, "other_cores": 0.0,
+                          "locks": locks if w == max(rates) else None}
+    return {"counts": counts, "info": "InterpreterPool(size=w)"}
+
+
+def test_scaling_report_efficiency_and_lock_ranks(bench_scaling):
+    chan = {"rank": 10, "acquired": 8_000, "contended": 80, "wait_ns": 800_000,
+            "hold_ns": 400_000_000}
+    idle = {"rank": 30, "acquired": 0, "contended": 0, "wait_ns": 0, "hold_ns": 0}
+    results = {
+        "aiosubinterp": [_scaling_round({1: 100.0, 2: 150.0, 4: 200.0})],
+        "to_thread": [_scaling_round({1: 50.0, 2: 50.0, 4: 50.0})],
+        "aiosubinterp-pairs": [_scaling_round({2: 4_000.0, 4: 4_000.0},
+                                              {"chan": chan, "queue": idle})],
+        "procpool-fork": [{"error": "RuntimeError: no fork here"}],
+    }
+    params = {"counts": [1, 2, 4], "warmup": 1, "batches": 1, "tasks_per_worker": 10,
+              "items": 10}
+    rep = bench_scaling.report(results, params)
+    scaling = rep.summary["scaling"]
+    assert scaling["aiosubinterp"]["4"] == {"rate": 200.0, "per_worker": 50.0,
+                                            "efficiency": 0.5}
+    assert scaling["aiosubinterp-pairs"]["4"]["efficiency"] == 0.5  # vs 2 workers, its fewest
+    assert "1" not in scaling["aiosubinterp-pairs"]
+    assert rep.summary["median_tasks_per_s"] == {"aiosubinterp": 200.0, "to_thread": 50.0}
+    _, headers, rows = rep.tables[0]
+    assert headers[:7] == ["contender", "workers", "median rate", "min", "max", "per worker",
+                           "efficiency vs fewest"]
+    assert rows[0][:7] == ["aiosubinterp", "1", "100 tasks/s", "100", "100", "100", "1.00x"]
+    assert rows[2][:7] == ["", "4", "200", "200", "200", "50", "0.500x"]
+    assert rows[6][:3] == ["aiosubinterp-pairs", "2", "4,000 items/s"]
+    assert rows[8][0] == "procpool-fork" and rows[8][2].startswith("error: RuntimeError")
+    # the lock table: ranks acquired only, per item and as a share of the wall time
+    heading, _, rows = rep.tables[1]
+    assert heading.startswith("Lock ranks, aiosubinterp-pairs, 4 workers: 4,000 items")
+    assert rows == [["chan", "10", "2.00", "80 (1.00%)", "10,000", "50,000", "40.0%", "0.1%"]]
+    verdicts = {t.what: t.verdict for t in rep.targets}
+    assert verdicts["tasks/s at 4 workers / to_thread's"] == "PASS"  # 4x
+    assert verdicts["(info) efficiency at 4 workers, tiny tasks"] == "PASS"  # 0.5x
+    assert verdicts["(info) efficiency at 4 workers, streams to the loop"] == "n/a"

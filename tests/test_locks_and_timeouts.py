@@ -15,6 +15,7 @@ freezes the child (pytest's own timeout could not interrupt it), not the suite.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -334,6 +335,76 @@ def test_debug_build_aborts_on_a_gil_taken_holding_a_mutex(tmp_path):
     else:
         assert proc.returncode == 0, (proc.returncode, proc.stderr)
         assert proc.stdout == "returned: False\n"
+
+
+def test_debug_build_counts_lock_acquisitions_contention_and_hold_time(tmp_path):
+    # Per rank, for the whole process: a pool's tasks take the job-queue and
+    # hub mutexes, a channel's items the channel mutex; the selftest makes one
+    # acquisition wait for certain. A release build keeps no counters and says so.
+    proc = run_child(tmp_path, """
+        import asyncio, json
+        import aiosubinterp as asi
+        from aiosubinterp import _core
+        import chanfuncs, workfuncs
+
+        N = 200
+
+        async def main():
+            async with asi.InterpreterPool(2) as pool:
+                await pool.run(workfuncs.square, 1)
+                _core._lock_stats_reset()
+                zero = _core._lock_stats()
+                assert all(v["acquired"] == v["contended"] == v["wait_ns"] == v["hold_ns"] == 0
+                           for v in zero.values()), zero
+                assert await asyncio.gather(*(pool.submit(workfuncs.square, i)
+                                              for i in range(N))) == [i * i for i in range(N)]
+                tasks = _core._lock_stats()
+                send, recv = asi.open_channel(16)
+                job = pool.submit(chanfuncs.produce, send, N)
+                got = [x async for x in recv]
+                await job
+                assert got == list(range(N)), got
+            items = _core._lock_stats()
+            _core._lock_stats_selftest()
+            print(json.dumps({"tasks": tasks, "items": items, "after": _core._lock_stats()}))
+
+        asyncio.run(main())
+    """, timeout=120)
+    if not _core.LOCK_ORDER_CHECKED:
+        assert proc.returncode == 1 and "AssertionError" not in proc.stderr, proc.stderr
+        assert "lock-wait counters exist only in a debug build" in proc.stderr
+        with pytest.raises(RuntimeError, match="AIOSUBINTERP_DEBUG=1"):
+            _core._lock_stats()
+        with pytest.raises(RuntimeError, match="only in a debug build"):
+            _core._lock_stats_reset()
+        with pytest.raises(RuntimeError, match="only in a debug build"):
+            _core._lock_stats_selftest()
+        return
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    got = json.loads(proc.stdout.splitlines()[-1])
+    n = 200
+    tasks, items, after = got["tasks"], got["items"], got["after"]
+    assert set(tasks) == {"chan", "orphan", "share", "queue", "registry", "hub", "interrupt",
+                          "shared_lock"}
+    for stats in (tasks, items, after):
+        for name, v in stats.items():
+            assert 0 <= v["contended"] <= v["acquired"], (name, v)
+            assert (v["wait_ns"] > 0) == (v["contended"] > 0), (name, v)
+            assert (v["hold_ns"] > 0) <= (v["acquired"] > 0), (name, v)
+    # every task: queued and taken under its queue's mutex, completed through a hub
+    assert tasks["queue"]["acquired"] >= 2 * n and tasks["queue"]["hold_ns"] > 0
+    assert tasks["hub"]["acquired"] >= n and tasks["hub"]["hold_ns"] > 0
+    # every item: sent and received under the channel mutex
+    assert items["chan"]["acquired"] - tasks["chan"]["acquired"] >= 2 * n
+    assert items["chan"]["hold_ns"] > tasks["chan"]["hold_ns"]
+    # counters only grow; the selftest adds 2 acquisitions, 1 contended
+    for name in tasks:
+        for key in ("acquired", "contended", "wait_ns", "hold_ns"):
+            assert tasks[name][key] <= items[name][key] <= after[name][key], (name, key)
+    before, lock = items["shared_lock"], after["shared_lock"]
+    assert lock["acquired"] - before["acquired"] == 2
+    assert lock["contended"] - before["contended"] == 1
+    assert lock["wait_ns"] > before["wait_ns"] and lock["hold_ns"] > before["hold_ns"]
 
 
 def test_the_timeout_rule_clamps_to_threadings_maximum():

@@ -40,6 +40,8 @@ cdef extern from "compat.h" nogil:
     int asi_mutex_init(pthread_mutex_t*, int rank, const char* name)
     void asi_mutex_rank_static(pthread_mutex_t*, int rank, const char* name)
     const bint ASI_LOCK_ORDER_CHECKED
+    int asi_lock_stats_get(int rank, unsigned long long out[4])
+    void asi_lock_stats_reset()
     enum:
         ASI_RANK_CHAN
         ASI_RANK_ORPHAN
