@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="comma-separated benchmark names (e.g. roundtrip,channel)")
     bench.add_argument("--out", default="aiosubinterp-bench",
                        help="folder for report.md and the charts (default ./aiosubinterp-bench)")
-    bench.add_argument("--dir", default=None, help="the benchmarks/ folder of a clone (default: ./benchmarks)")
+    bench.add_argument("--dir", default=None,
+                       help="the benchmarks/ folder of a clone (default: ./benchmarks)")
     info = sub.add_parser("info", help="what this Python and machine offer")
     info.add_argument("--no-probe", action="store_true",
                       help="skip importing common modules in a worker")
