@@ -129,6 +129,16 @@ async def test_channel_clone_close_and_statistics_in_a_worker():
             await asyncio.wait_for(recv.recv(), 30)
 
 
+async def test_async_with_and_async_for_over_a_proxy_in_a_worker_coroutine():
+    send, recv = asi.open_channel(4)
+    for item in "ab":
+        send.send_nowait(item)
+    send.close()
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.drain_async, recv) == (["a", "b"], True)
+    assert recv.closed  # the proxy's `async with` closed the end: ours too
+
+
 async def test_a_dead_worker_releases_its_channel_ends():
     send, recv = asi.open_channel(1)
     async with asi.ProcessPool(1) as pool:
