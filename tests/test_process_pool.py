@@ -23,6 +23,7 @@ import procfuncs
 import pytest
 import workfuncs
 from aiohelpers import read_byte
+from childproc import run_child
 
 import aiosubinterp as asi
 
@@ -313,3 +314,32 @@ async def test_a_worker_reads_the_statistics_of_an_end_closed_elsewhere():
         assert await pool.run(procfuncs.kept_stats) == (1, 0)
         assert await pool.run(procfuncs.close_kept)
     send.close()
+
+
+def test_a_main_script_a_worker_process_cannot_import_gives_a_clear_error(tmp_path):
+    # Worker processes find a script's functions as interpreter workers do
+    # (one resolver): the error names the script's failure and the fix.
+    proc = run_child(tmp_path, """
+        import asyncio
+
+        import aiosubinterp as asi
+
+        if __name__ != "__main__":
+            raise RuntimeError("this script runs only as the program")
+
+        def triple(x):
+            return 3 * x
+
+        async def main():
+            async with asi.ProcessPool(1) as pool:
+                try:
+                    await pool.run(triple, 1)
+                except ImportError as exc:
+                    print("ImportError:", exc)
+
+        asyncio.run(main())
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "sent to a worker process, which had to import that script" in proc.stdout
+    assert "RuntimeError: this script runs only as the program" in proc.stdout
+    assert proc.stdout.count("guard the script's top-level code") == 1, proc.stdout

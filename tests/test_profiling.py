@@ -378,3 +378,11 @@ async def test_overlapping_coroutines_share_one_measurement():
         async with pool.profile() as again:
             await pool.run(proffuncs.other, 10)
         assert calls(again.raw(), "other") == 1
+
+
+def test_the_worker_side_of_profiling_runs_only_in_workers():
+    # run_profiled finds the job through its worker's resolver: main has none.
+    from aiosubinterp._inside import profiling as inside
+
+    with pytest.raises(RuntimeError, match="only in a worker"):
+        inside.run_profiled(None, 1, ("os", "getpid", (), ()))
