@@ -161,6 +161,34 @@ def clone_and_send(send, value):
     return send.closed, other.closed
 
 
+def end_protocol(send, recv):
+    """What every end does the same way, here (an interpreter's end or a process's proxy):
+    repr, clone, `with`, close, iteration; [open repr, closed repr, clone refused, items]."""
+    import re
+
+    import aiosubinterp
+
+    out: list[object] = [re.search(r"SendChannel channel=\d+ open>$", repr(send)) is not None]
+    with send.clone() as extra:
+        extra.send_sync("a", timeout=30)
+    send.send_sync("b", timeout=30)
+    send.close()  # the last send end: recv ends after the items
+    out.append(repr(send).endswith(" closed>"))
+    try:
+        send.clone()
+    except aiosubinterp.ChannelClosedError:
+        out.append("clone refused")
+    out.append(list(recv))
+    return out
+
+
+async def drain_async(recv):
+    """`async with` and `async for` over a receive end in a worker's coroutine."""
+    async with recv:
+        items = [x async for x in recv]
+    return items, recv.closed
+
+
 def open_local_channel():
     import aiosubinterp
 

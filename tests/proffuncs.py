@@ -70,3 +70,25 @@ def signal_then_spin(wfd):
     os.write(wfd, b"x")
     while True:
         leaf(10)
+
+
+class _CountsLookups(type):
+    """Counts the lookups of ``work`` on its classes (in each interpreter: its own copy)."""
+
+    lookups = 0
+
+    def __getattribute__(cls, name):
+        if name == "work":
+            _CountsLookups.lookups += 1
+        return super().__getattribute__(name)
+
+
+class Looked(metaclass=_CountsLookups):
+    @staticmethod
+    def work(n):
+        return n
+
+
+def lookups():
+    """How often this interpreter looked Looked.work up (a worker resolving it included)."""
+    return _CountsLookups.lookups

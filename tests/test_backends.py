@@ -492,6 +492,17 @@ async def test_channel_errors_inside_the_worker(backend):
     recv.close()
 
 
+async def test_the_end_protocol_inside_the_worker(backend):
+    # An interpreter's end and a worker process's proxy share one base: the
+    # same repr, clone, `with`, close and iteration.
+    send, recv = asi.open_channel(4)
+    async with backend.pool(1) as pool:
+        assert await pool.run(procfuncs.end_protocol, send, recv) == [
+            True, True, "clone refused", ["a", "b"]]
+    assert send.closed
+    recv.close()
+
+
 async def test_an_end_the_task_drops_is_closed_with_its_last_copy(backend):
     send, recv = asi.open_channel(8)
     async with backend.pool(1) as pool:

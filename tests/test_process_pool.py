@@ -23,6 +23,7 @@ import procfuncs
 import pytest
 import workfuncs
 from aiohelpers import read_byte
+from childproc import run_child
 
 import aiosubinterp as asi
 
@@ -127,6 +128,16 @@ async def test_channel_clone_close_and_statistics_in_a_worker():
         assert await recv.recv() == "v"
         with pytest.raises(asi.EndOfChannel):
             await asyncio.wait_for(recv.recv(), 30)
+
+
+async def test_async_with_and_async_for_over_a_proxy_in_a_worker_coroutine():
+    send, recv = asi.open_channel(4)
+    for item in "ab":
+        send.send_nowait(item)
+    send.close()
+    async with asi.ProcessPool(1) as pool:
+        assert await pool.run(procfuncs.drain_async, recv) == (["a", "b"], True)
+    assert recv.closed  # the proxy's `async with` closed the end: ours too
 
 
 async def test_a_dead_worker_releases_its_channel_ends():
@@ -303,3 +314,32 @@ async def test_a_worker_reads_the_statistics_of_an_end_closed_elsewhere():
         assert await pool.run(procfuncs.kept_stats) == (1, 0)
         assert await pool.run(procfuncs.close_kept)
     send.close()
+
+
+def test_a_main_script_a_worker_process_cannot_import_gives_a_clear_error(tmp_path):
+    # Worker processes find a script's functions as interpreter workers do
+    # (one resolver): the error names the script's failure and the fix.
+    proc = run_child(tmp_path, """
+        import asyncio
+
+        import aiosubinterp as asi
+
+        if __name__ != "__main__":
+            raise RuntimeError("this script runs only as the program")
+
+        def triple(x):
+            return 3 * x
+
+        async def main():
+            async with asi.ProcessPool(1) as pool:
+                try:
+                    await pool.run(triple, 1)
+                except ImportError as exc:
+                    print("ImportError:", exc)
+
+        asyncio.run(main())
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "sent to a worker process, which had to import that script" in proc.stdout
+    assert "RuntimeError: this script runs only as the program" in proc.stdout
+    assert proc.stdout.count("guard the script's top-level code") == 1, proc.stdout

@@ -73,6 +73,20 @@ async def test_context_vars_hold_in_profiled_tasks():
 
 
 @needs_313
+async def test_profiled_tasks_find_their_function_once_per_worker():
+    # A profiled task's function is found by the worker's resolver, with its
+    # cache, as an unprofiled task's: Looked.work is looked up on its class
+    # once in the worker, however often it runs, profiled or not.
+    async with asi.InterpreterPool(1) as pool:
+        assert await pool.run(proffuncs.Looked.work, 1) == 1
+        async with pool.profile() as prof:
+            for i in range(3):
+                assert await pool.run(proffuncs.Looked.work, i) == i
+        assert await pool.run(proffuncs.lookups) == 1
+        assert stats_calls(prof.stats(), "work") == 3
+
+
+@needs_313
 async def test_off_after_the_block_and_again_on():
     async with asi.InterpreterPool(2) as pool:
         async with pool.profile() as prof:
@@ -364,3 +378,11 @@ async def test_overlapping_coroutines_share_one_measurement():
         async with pool.profile() as again:
             await pool.run(proffuncs.other, 10)
         assert calls(again.raw(), "other") == 1
+
+
+def test_the_worker_side_of_profiling_runs_only_in_workers():
+    # run_profiled finds the job through its worker's resolver: main has none.
+    from aiosubinterp._inside import profiling as inside
+
+    with pytest.raises(RuntimeError, match="only in a worker"):
+        inside.run_profiled(None, 1, ("os", "getpid", (), ()))

@@ -27,7 +27,7 @@ from aiosubinterp._errors import (
 if TYPE_CHECKING:
     from aiosubinterp._channels.stats import ChannelStatistics
 
-__all__ = ["RecvChannel", "SendChannel", "open_channel"]
+__all__ = ["EndBase", "RecvChannel", "RecvEndBase", "SendChannel", "open_channel", "park"]
 
 _DONE = _core.CHAN_DONE
 _END = _core.CHAN_END
@@ -95,6 +95,56 @@ def _defer_cancel(exc: BaseException) -> None:
         task.cancel(exc.args[0] if exc.args else None)
 
 
+def _expire(op: Any, fut: Any, hub: Any) -> None:
+    """park()'s timeout: withdraw op if it still waits, and wake its task with CHAN_TIMEOUT."""
+    if fut.done():
+        return
+    if op.cancel():  # still waiting: withdrawn everywhere, nothing taken
+        hub.pending.pop(op.token, None)
+        fut.set_result(_TIMEOUT)
+    # else: committed just now; its completion is on the way and wins.
+
+
+async def park(op: Any, loop: Any, hub: Any, *, keep: bool = False,
+               limit: float | None = None) -> int:
+    """Wait on loop until hub delivers op's completion (a ChannelOp); its status.
+
+    The one asyncio wait of send(), recv() and select(), where their atomicity
+    under cancellation is decided (trio's wait_task_rescheduled plays this
+    part there). An exception while parked (a cancellation, an interruption)
+    withdraws op, and is raised: nothing happened. If op had been committed
+    at that moment:
+    - keep=False (a receive, a select): its item goes back to the front of
+      its channel (op.unget()), and the exception is raised: nothing taken;
+    - keep=True (a send): its item has reached a receiver and cannot be
+      taken back; a CancelledError is deferred to the task's next await and
+      the send's status returned (any other exception is raised).
+    limit: seconds after which an op still waiting is withdrawn and
+    CHAN_TIMEOUT returned (select()'s timeout).
+    """
+    fut = loop.create_future()
+    op.waiter = fut
+    hub.pending[op.token] = op
+    timer = loop.call_later(limit, _expire, op, fut, hub) if limit is not None else None
+    try:
+        status: int = await fut
+        return status
+    except BaseException as exc:
+        hub.pending.pop(op.token, None)
+        if op.cancel():
+            raise
+        if not keep:
+            op.unget()
+            raise
+        if op.status != _DONE or not isinstance(exc, _aio.CancelledError):
+            raise
+        _defer_cancel(exc)
+        return _DONE
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 # What encoding an item can raise (pickle's errors among them); MemoryError
 # and our own NotShareableError pass through unchanged.
 _ENCODING_ERRORS = (TypeError, AttributeError, ValueError, RuntimeError, RecursionError,
@@ -157,28 +207,35 @@ def recv_error(end: object, status: int, index: int | None = None) -> BaseExcept
     return RuntimeError(f"aiosubinterp: unexpected channel status {status}; please report this bug")
 
 
-class _End(_core.ChannelEnd):
+class EndBase:
+    """What every channel end does the same way, whatever carries its operations.
+
+    The ends of this process (_End: the compiled ChannelEnd) and the proxies
+    in a ProcessPool worker (aiosubinterp._process.channels) derive from it.
+    A subclass provides close(), ``closed``, ``_channel_id``, ``_clone()``
+    (a new end of the same kind, or None when this one is closed) and
+    ``_stats()`` (the six counts of statistics(), or None when closed).
+    """
+
     __slots__ = ()
 
-    def close(self) -> None:
-        """Close this end (idempotent) for every holder of it. Its clones stay open.
+    if TYPE_CHECKING:
+        @property
+        def closed(self) -> bool: ...
+        @property
+        def _channel_id(self) -> int: ...
+        def _clone(self) -> Any: ...
+        def _stats(self) -> Any: ...
 
-        An end passed to a worker (as an argument, a result or through a
-        channel) is the same end, so closing it there closes it here, and
-        the other way round. An end whose every copy is dropped without
-        close() counts as closed. When the last send end closes, receivers
-        drain what is buffered and then get EndOfChannel; when the last
-        receive end closes, senders get BrokenChannelError and buffered items
-        are dropped.
-        """
-        self._close()
+    def close(self) -> None:
+        raise NotImplementedError
 
     async def aclose(self) -> None:
         """Close this end, as close(); for ``async with`` and trio-style code.
 
         Cancellation: closing does not wait; it always happens.
         """
-        self._close()
+        self.close()
 
     def clone(self) -> Self:
         """A new, independently closable end of the same kind on the same channel.
@@ -196,7 +253,10 @@ class _End(_core.ChannelEnd):
 
     def statistics(self) -> ChannelStatistics:
         """A snapshot: buffered items, open ends, waiting senders and receivers."""
-        used, maxsize, senders, receivers, wsend, wrecv = self._stats()
+        counts = self._stats()
+        if counts is None:
+            raise ChannelClosedError(f"{self!r} is closed")
+        used, maxsize, senders, receivers, wsend, wrecv = counts
         # Imported here, not at module level: this module is imported in every
         # worker that receives a channel end (the log channel: each worker at
         # start), and dataclasses (with inspect, re and ast) cost ~12 ms there.
@@ -209,19 +269,69 @@ class _End(_core.ChannelEnd):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._close()
+        self.close()
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<aiosubinterp.{type(self).__name__} channel={self._channel_id} {state}>"
+
+
+class RecvEndBase(EndBase):
+    """Iteration over a receive end: ``async for`` awaits recv(), ``for`` calls
+    recv_sync(); both end at EndOfChannel."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        async def recv(self) -> Any: ...
+        def recv_sync(self, timeout: float | None = None) -> Any: ...
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.recv()
+        except EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self.recv_sync()
+        except EndOfChannel:
+            raise StopIteration from None
+
+
+class _End(_core.ChannelEnd, EndBase):
+    # ChannelEnd first: its compiled closed, _clone and _stats are the ones used.
+    __slots__ = ()
+
+    def close(self) -> None:
+        """Close this end (idempotent) for every holder of it. Its clones stay open.
+
+        An end passed to a worker (as an argument, a result or through a
+        channel) is the same end, so closing it there closes it here, and
+        the other way round. An end whose every copy is dropped without
+        close() counts as closed. When the last send end closes, receivers
+        drain what is buffered and then get EndOfChannel; when the last
+        receive end closes, senders get BrokenChannelError and buffered items
+        are dropped.
+        """
         self._close()
 
     def __repr__(self) -> str:
         if not self._valid:
             return f"<aiosubinterp.{type(self).__name__} (not made by open_channel())>"
-        state = "closed" if self.closed else "open"
-        return f"<aiosubinterp.{type(self).__name__} channel={self._channel_id} {state}>"
+        return EndBase.__repr__(self)
 
 
 class SendChannel(_End):
@@ -262,17 +372,7 @@ class SendChannel(_End):
             if op == _DONE:
                 return
             raise send_error(self, op)
-        fut = loop.create_future()
-        op.waiter = fut
-        hub.pending[op.token] = op
-        try:
-            status = await fut
-        except BaseException as exc:
-            hub.pending.pop(op.token, None)
-            if op.cancel() or op.status != _DONE or not isinstance(exc, _aio.CancelledError):
-                raise
-            _defer_cancel(exc)
-            return
+        status = await park(op, loop, hub, keep=True)
         if status != _DONE:
             raise send_error(self, status)
 
@@ -309,7 +409,7 @@ class SendChannel(_End):
         raise send_error(self, status)
 
 
-class RecvChannel(_End):
+class RecvChannel(_End, RecvEndBase):
     """The receive end of a channel (``open_channel()`` makes one).
 
     ``async for x in recv`` in async code, ``for x in recv`` in synchronous
@@ -343,16 +443,7 @@ class RecvChannel(_End):
             if status == _DONE:
                 return value
             raise recv_error(self, status)
-        fut = loop.create_future()
-        op.waiter = fut
-        hub.pending[op.token] = op
-        try:
-            await fut
-        except BaseException:
-            hub.pending.pop(op.token, None)
-            if not op.cancel():
-                op.unget()
-            raise
+        await park(op, loop, hub)
         status, _, value = op.take()
         if status == _DONE:
             return value
@@ -383,24 +474,6 @@ class RecvChannel(_End):
         if status == _TIMEOUT:
             raise TimeoutError(f"{self!r}: recv_sync() timed out after {timeout} s")
         raise recv_error(self, status)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.recv()
-        except EndOfChannel:
-            raise StopAsyncIteration from None
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return self.recv_sync()
-        except EndOfChannel:
-            raise StopIteration from None
 
 
 def open_channel(maxsize: float = 0) -> tuple[SendChannel, RecvChannel]:

@@ -34,15 +34,6 @@ def _outcome(ends: tuple[Any, ...], status: int, index: int, value: Any) -> tupl
     raise recv_error(ends[index], status, index)
 
 
-def _expire(op: Any, fut: Any, hub: Any) -> None:
-    if fut.done():
-        return
-    if op.cancel():  # still waiting: withdrawn everywhere, nothing taken
-        hub.pending.pop(op.token, None)
-        fut.set_result(_TIMEOUT)
-    # else: committed just now; its completion is on the way and wins.
-
-
 async def select(
     *receivers: RecvChannel,
     timeout: float | None = None,  # noqa: ASYNC109 - the public API has its own deadline
@@ -74,20 +65,7 @@ async def select(
     op = _core.select_begin(ends, hub.core)
     if op.__class__ is tuple:
         return _outcome(ends, *op)
-    fut = loop.create_future()
-    op.waiter = fut
-    hub.pending[op.token] = op
-    timer = loop.call_later(limit, _expire, op, fut, hub) if limit is not None else None
-    try:
-        status = await fut
-    except BaseException:
-        hub.pending.pop(op.token, None)
-        if not op.cancel():
-            op.unget()
-        raise
-    finally:
-        if timer is not None:
-            timer.cancel()
+    status = await _ends.park(op, loop, hub, limit=limit)
     if status == _TIMEOUT:
         raise TimeoutError(f"select(): nothing received within {timeout} s")
     return _outcome(ends, *op.take())

@@ -6,7 +6,6 @@ asyncio (nor anything of ours that does).
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from aiosubinterp import _core
@@ -47,11 +46,8 @@ def start(thread_name_prefix: str, initializer: tuple[Any, ...] | None) -> None:
     _name_thread(f"{thread_name_prefix}_{_core.current_interpreter_id()}")
     if initializer is None:
         return
-    module, target, args, kw = initializer
-    if module is None:
-        fn = _marshal.callable_target(target)
-    else:
-        mod = (_marshal.main_importer() if module == "__main__"  # type: ignore[misc]
-               else importlib.import_module(module))
-        fn = _marshal._getattr_path(mod, target)
-    fn(*args, **dict(kw))
+    resolver = _marshal.resolver
+    if resolver is None:
+        raise RuntimeError("aiosubinterp: executor_start.start() runs only in a worker")
+    fn, args, kw, _ = resolver.call(initializer)
+    fn(*args, **(kw or {}))

@@ -42,13 +42,20 @@ _FunctionType = type(_plain_function)
 _BuiltinFunctionType = type(len)
 _CodeType = type(_plain_function.__code__)
 
-__all__ = ["MAIN_ALIAS", "by_code", "by_value", "call_payload", "dumps", "dumps_ends", "dumps_oob",
-           "function_ref", "loads"]
+__all__ = ["JOB_CALL", "JOB_EXEC", "MAIN_ALIAS", "Resolver", "by_code", "by_value",
+           "call_payload", "describe_exception", "dumps", "dumps_ends", "dumps_oob",
+           "function_ref", "import_module", "loads"]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
-# Set by the worker runtime: imports the user's script on first use.
-main_importer = None
+# The job kinds of the compiled queue (_core.JOB_KIND_CALL/_EXEC; _core is not
+# imported here at module level).
+JOB_CALL = 1
+JOB_EXEC = 2
+
+# This worker's Resolver (Resolver.install: an interpreter's Runner, a worker
+# process's loop); None in main. Unpickling asks it for the user's script.
+resolver: "Resolver | None" = None
 
 
 # pickle is imported on first use: a worker whose tasks only move builtin
@@ -57,6 +64,17 @@ _pickle = None
 _Unpickler = None
 _EndPickler = None
 _EndNotPicklable: type[BaseException] = TypeError  # _core.EndNotPicklableError once loaded
+
+
+def import_module(name: str) -> object:
+    """importlib.import_module(name), without importing importlib for an absolute name
+    (it is not imported in workers at start-up: ~0.4-0.7 ms of each interpreter's start)."""
+    if name.startswith("."):  # a relative name: import_module's own error
+        import importlib
+
+        return importlib.import_module(name)
+    __import__(name)
+    return sys.modules[name]
 
 
 def import_main_script(kind: str, where: str) -> "types.ModuleType":
@@ -82,6 +100,151 @@ def import_main_script(kind: str, where: str) -> "types.ModuleType":
     return module
 
 
+class Resolver:
+    """What a worker's jobs call, found from their payloads: the one place that does it.
+
+    Used by the three runtimes that run calls: an interpreter's Runner
+    (_inside.worker), a worker process's job loop (_process.worker) and the
+    profiler's wrapper of a job (_inside.profiling), which finds the job it
+    wraps through ``marshal.resolver``. A call payload is made by
+    ``call_payload`` in the caller: ``(module, target, args, kwargs[,
+    context])``. A function crosses by module and qualified name (found here
+    once, then cached), or, with module None, as the target itself (a
+    function sent by value or by code). A function of the user's script
+    (module ``__main__``) is found by importing that script here under
+    MAIN_ALIAS (``main_module``), as multiprocessing's spawn does.
+
+    Thread-safety: the worker's thread, which runs its jobs; no lock (the
+    unpickling that calls main_module() on a thread a task started did not
+    take one either).
+    """
+
+    __slots__ = ("_functions", "_main", "_main_ref", "_namespace", "_process")
+
+    def __init__(self, main_ref: "tuple[str, str] | None", process: bool = False) -> None:
+        """main_ref: how to import the user's script here (kind, where), or None when it
+        has no file (an interactive session, ``python -c``). process: in a worker
+        process rather than an interpreter (the wording of errors)."""
+        self._main_ref = main_ref
+        self._process = process
+        self._main: types.ModuleType | None = None
+        self._functions: dict[tuple[str, str], object] = {}
+        self._namespace = sys.modules["__main__"].__dict__  # where exec jobs run
+
+    def install(self) -> None:
+        """Make this the worker's resolver (unpickling and the profiler use it)."""
+        global resolver
+        resolver = self
+
+    def uninstall(self) -> None:
+        """Forget the cache; the worker has no resolver any more (its last job ran)."""
+        global resolver
+        if resolver is self:
+            resolver = None
+        self._functions.clear()
+
+    def main_module(self) -> "types.ModuleType":
+        """The user's script, imported here under MAIN_ALIAS on first use."""
+        if self._main is not None:
+            return self._main
+        worker = "a worker process" if self._process else "a worker"
+        if self._main_ref is None:
+            from aiosubinterp._errors import NotShareableError
+
+            raise NotShareableError(
+                "this function is defined in the main script, but the main script has no file "
+                f"{worker} can import (interactive session or -c). Move it to a module."
+            )
+        kind, where = self._main_ref
+        try:
+            module = import_main_script(kind, where)
+        except BaseException as exc:
+            from aiosubinterp import _errors
+
+            refused = _errors.refusal_from(exc)
+            detail = str(refused or exc).rstrip(".")
+            place = "a new process" if self._process else "an interpreter"
+            guard = "guard the script's top-level code with `if __name__ == '__main__':`"
+            message = (
+                f"a function of the main script {where!r} was sent to {worker}, which had to "
+                f"import that script and failed: {type(exc).__name__}: {detail}. Keep worker "
+                f"functions in a module that imports cleanly in {place}"
+                + ("." if guard in detail else f", and {guard}.")
+            )
+            if refused is not None:  # keeps its type: fallback="process" looks for it
+                raise _errors.ModuleRefusedError(message, name=refused.name) from exc
+            raise ImportError(message) from exc
+        self._main = module
+        return module
+
+    def function(self, module: str, qualname: str) -> object:
+        """The object ``module.qualname`` here (imported on first use, then cached)."""
+        key = (module, qualname)
+        fn = self._functions.get(key)
+        if fn is None:
+            mod = self.main_module() if module == "__main__" else import_module(module)
+            fn = _getattr_path(mod, qualname)
+            self._functions[key] = fn
+        return fn
+
+    def job(self, kind: int, payload: "Any") -> "tuple[Any, tuple[object, ...], Any, Any]":
+        """(callable, args, kwargs or None, context or None) of a queued job.
+
+        A call (JOB_CALL) payload is (module, target, args, kwargs[, context]):
+        context is ((module, name, value), ...) for each of the pool's
+        ``context_vars`` the caller had set when it submitted
+        (aiosubinterp._engine.context; see ``context_var``). An exec job
+        (JOB_EXEC) is source text, run in this interpreter's ``__main__``.
+        """
+        if kind == JOB_CALL:
+            if len(payload) == 4:
+                module, target, args, kw = payload
+                context = None
+            else:
+                module, target, args, kw, context = payload
+            if module is None:
+                fn = callable_target(target)
+            else:  # the cache read inline: this runs for every job
+                fn = self._functions.get((module, target))
+                if fn is None:
+                    fn = self.function(module, target)
+            return fn, args, dict(kw) if kw else None, context
+        if kind == JOB_EXEC:
+            code = compile(payload, "<aiosubinterp exec>", "exec")
+            return exec, (code, self._namespace), None, None
+        raise ValueError(f"aiosubinterp: unknown job kind {kind}")
+
+    def call(self, payload: "tuple[Any, ...]") -> "tuple[Any, tuple[object, ...], Any, Any]":
+        """As job() for a call payload (a worker process's jobs are all calls)."""
+        return self.job(JOB_CALL, payload)
+
+    def context_var(self, module: str, name: str) -> "Any":
+        """This worker's own ContextVar ``module.name``: a clear error when it is
+        missing here or is something else."""
+        from _contextvars import ContextVar  # the builtin module: no `contextvars` import
+
+        where = f"{module}.{name}"
+        try:
+            var = self.function(module, name)
+        except BaseException as exc:
+            from aiosubinterp._errors import refusal_from
+
+            refused = refusal_from(exc) if isinstance(exc, ImportError) else None
+            raise RuntimeError(
+                f"the context variable {where} (in the pool's context_vars) could not be found "
+                f"in this worker: {type(exc).__name__}: {refused or exc}. A context variable "
+                "crosses by module and name: keep it at the top level of a module that imports "
+                "cleanly in a worker."
+            ) from exc
+        if type(var) is not ContextVar:
+            raise TypeError(
+                f"the context variable {where} (in the pool's context_vars) is a "
+                f"{type(var).__name__} in this worker, not a contextvars.ContextVar: the module "
+                "must define it the same way in every interpreter and process."
+            )
+        return var
+
+
 def _end_slot(index: int) -> object:
     """Stands for a channel end in a pickle made by dumps_ends/dumps_oob; loads() resolves it."""
     raise RuntimeError("aiosubinterp: a channel end reference was unpickled outside a transfer")
@@ -101,13 +264,13 @@ def _load_pickle() -> "Any":  # the pickle module
             self._ends = ends
 
         def find_class(self, module: str, name: str):
-            if module == "__main__" and main_importer is not None:
-                return _getattr_path(main_importer(), name)
-            if module == MAIN_ALIAS and main_importer is None:
+            if module == "__main__" and resolver is not None:
+                return _getattr_path(resolver.main_module(), name)
+            if module == MAIN_ALIAS and resolver is None:
                 module = "__main__"
             if module == __name__ and name == "_end_slot" and self._ends is not None:
                 return self._ends.__getitem__
-            if module == "cloudpickle.cloudpickle" and main_importer is None:
+            if module == "cloudpickle.cloudpickle" and resolver is None:
                 if name == "_make_skeleton_class":
                     return _make_class_keeping_known
                 if name == "_class_setstate":
@@ -193,7 +356,7 @@ def dumps_ends(obj: object) -> tuple[bytes, list[object]]:
         return _dumps_collecting(obj, None)
     except Exception as exc:  # noqa: BLE001 - raised again unless it is a class of main
         return _by_value_or_raise(obj, None, exc)
-    if main_importer is None and b"__main__" in data and _main_is_interactive():
+    if resolver is None and b"__main__" in data and _main_is_interactive():
         return _by_value_or_raise(obj, None, None)
     return data, []
 
@@ -224,7 +387,7 @@ def dumps_oob(obj: object, threshold: int) -> tuple[bytes, list[object], list[ob
         oob.clear()
         data, ends = _by_value_or_raise(obj, keep_in_band, exc)
         return data, oob, ends
-    if main_importer is None and b"__main__" in data and _main_is_interactive():
+    if resolver is None and b"__main__" in data and _main_is_interactive():
         oob.clear()
         data, ends = _by_value_or_raise(obj, keep_in_band, None)
         return data, oob, ends
@@ -289,7 +452,7 @@ def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
     """
     import io
 
-    if error is not None and not (_main_is_interactive() if main_importer is None
+    if error is not None and not (_main_is_interactive() if resolver is None
                                   else "cloudpickle" in sys.modules):
         raise error
     try:
@@ -381,7 +544,7 @@ def function_ref(fn: object) -> tuple[str, str] | None:
         return None
     if found is not fn:
         return None
-    if module == "__main__" and main_importer is None and _main_is_interactive():
+    if module == "__main__" and resolver is None and _main_is_interactive():
         raise NotShareableError(
             f"cannot send {qualname!r}: it is defined in an interactive session, which a "
             "worker interpreter cannot import. Put it in a module (a .py file) and import it, "
@@ -410,7 +573,7 @@ def _is_interactive(fn: object) -> bool:
         import re
 
         return re.search(r"ipykernel_\d+[/\\]\d+\.py$", filename) is not None
-    return fn.__module__ == "__main__" and main_importer is None and _main_is_interactive()
+    return fn.__module__ == "__main__" and resolver is None and _main_is_interactive()
 
 
 class _CodeFunction:
@@ -492,7 +655,7 @@ def by_code(fn: object) -> _CodeFunction | None:
         _needs_module[code] = needs_module
     if module == MAIN_ALIAS:
         module = "__main__"
-    elif module == "__main__" and main_importer is None and needs_module:
+    elif module == "__main__" and resolver is None and needs_module:
         main = sys.modules["__main__"]
         if getattr(main, "__file__", None) is None and getattr(main, "__spec__", None) is None:
             return None  # an interactive session: function_ref says so
@@ -508,9 +671,9 @@ def function_from_code(module: str, package: str | None, qualname: str, code: by
 
     if not needs_module:
         namespace = {"__name__": module, "__package__": package, "__builtins__": builtins}
-    elif module == "__main__" and main_importer is not None:
-        namespace = vars(main_importer())
-    elif module == MAIN_ALIAS and main_importer is None:
+    elif module == "__main__" and resolver is not None:
+        namespace = vars(resolver.main_module())
+    elif module == MAIN_ALIAS and resolver is None:
         namespace = vars(sys.modules["__main__"])
     else:
         import importlib
@@ -790,3 +953,82 @@ def _probe(value: object) -> None:
     from aiosubinterp import _core
 
     _core.dumps(value)
+
+
+# -- how an exception crosses back ---------------------------------------------------
+
+
+def _type_name(exc: BaseException) -> str:
+    tp = type(exc)
+    if tp.__module__ == MAIN_ALIAS:
+        return f"__main__.{tp.__qualname__}"
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _names(exc: BaseException) -> tuple[str, str]:
+    """(type_name, message) of exc, whatever its __str__ does."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001
+        message = f"<unprintable {type(exc).__qualname__}>"
+    return _type_name(exc), message
+
+
+def _rebuildable(exc: BaseException) -> bytes:
+    """exc pickled, if it unpickles again (raises otherwise)."""
+    data = dumps(exc)
+    loads(data)
+    return data
+
+
+def describe_exception(exc: BaseException) -> tuple[object, ...]:
+    """(type_name, message, traceback_text, exception_or_None, frames), ready to cross back.
+
+    What a worker (interpreter or process) sends for a job's error, and what
+    main sends for queued jobs failed at once. frames is _tracebacks.capture's
+    plain data (the frames of exc and of its chain) or None; _errors.rebuild
+    also takes the first four alone.
+    """
+    import traceback
+
+    from aiosubinterp._errors import refusal_from
+
+    refused = refusal_from(exc)
+    if refused is not None:
+        refused.__cause__ = exc
+        exc = refused
+    type_name, message = _names(exc)
+    tb_text = ""
+    frames = None
+    if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
+        from aiosubinterp import _tracebacks
+
+        try:
+            tb_text = _tracebacks.format_text(exc)  # without our own frames
+        except Exception:  # noqa: BLE001
+            try:
+                tb_text = "".join(traceback.format_exception(exc))
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            frames = _tracebacks.capture(exc, _names, _rebuildable)
+        except Exception:  # noqa: BLE001 - the text form still says where
+            frames = None
+    try:
+        _rebuildable(exc)  # only send what can be rebuilt
+        carried: object = _PickledException(exc)
+    except Exception:  # noqa: BLE001
+        carried = None
+    return (type_name, message, tb_text, carried, frames)
+
+
+class _PickledException:
+    """Pickles as the exception itself, stripped of its traceback."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self):
+        return loads, (dumps(self.exc),)

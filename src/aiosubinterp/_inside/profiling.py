@@ -18,7 +18,6 @@ Worker-side module: no asyncio at import (it runs in every worker).
 """
 
 import marshal
-import sys
 
 from aiosubinterp import _core
 from aiosubinterp._inside import marshal as _marshal
@@ -30,35 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = ["run_profiled"]
 
-JOB_CALL = 1
-JOB_EXEC = 2
-
 # This interpreter's measurement in progress (module globals are per
 # interpreter: each worker has its own copy of this module).
 _profiler: "Any" = None  # the cProfile.Profile enabled now, or None
 _depth = 0  # jobs (and coroutines) inside it
 _send: "Any" = None  # where it goes when the last one ends
-
-
-def _target(kind: int, payload: "Any") -> "tuple[Any, tuple[object, ...], dict[str, object]]":
-    """(callable, args, kwargs) of the original job, as the worker's Runner.target() resolves it."""
-    if kind == JOB_EXEC:
-        code = compile(payload, "<aiosubinterp exec>", "exec")
-        return exec, (code, sys.modules["__main__"].__dict__), {}
-    module: str | None
-    target: Any
-    module, target, args, kw = payload
-    if module is None:
-        fn = _marshal.callable_target(target)
-    else:
-        if module == "__main__" and _marshal.main_importer is not None:
-            fn = _marshal.main_importer()
-        else:
-            __import__(module)
-            fn = sys.modules[module]
-        for part in target.split("."):
-            fn = getattr(fn, part)
-    return fn, args, dict(kw) if kw else {}
 
 
 def _start(send: object) -> None:
@@ -131,14 +106,18 @@ def run_profiled(send: object, kind: int, payload: object) -> object:
     send is the profile channel's send end (unbounded: sending never waits).
     """
     global _depth
-    fn, args, kw = _target(kind, payload)
+    # The worker's own resolver (its cache): found as the job would be unprofiled.
+    resolver = _marshal.resolver
+    if resolver is None:
+        raise RuntimeError("aiosubinterp: run_profiled() runs only in a worker")
+    fn, args, kw, _ = resolver.job(kind, payload)
     # Counted before the `try`: no interruption (a cancel's KeyboardInterrupt
     # is checked at calls and loops) can land between the two.
     _depth += 1
     try:
         if _depth == 1:
             _start(send)
-        result = fn(*args, **kw)
+        result = fn(*args, **kw) if kw else fn(*args)
     except BaseException:
         _end()
         raise

@@ -1,4 +1,4 @@
-"""What runs inside a worker interpreter: setup, resolving functions, running jobs.
+"""What runs inside a worker interpreter: setup, running jobs (marshal.Resolver finds them).
 
 Worker-side module: it must not import asyncio or uvloop (uvloop refuses to
 load in a subinterpreter; 3.12.1 aborts at exit after one imported asyncio).
@@ -41,20 +41,11 @@ def refusal_from(exc: BaseException):
     return _errors_module().refusal_from(exc)
 
 
-def _import_module(name: str) -> object:
-    """importlib.import_module(name), without importing importlib for an absolute name."""
-    if name.startswith("."):  # a relative name: import_module's own error
-        import importlib
-
-        return importlib.import_module(name)
-    __import__(name)
-    return sys.modules[name]
-
-__all__ = ["Runner", "context_var", "coroutine_refusal", "coroutines_supported",
+__all__ = ["REFUSED_ON_312", "Runner", "coroutine_refusal", "coroutines_supported",
            "describe_exception", "load_contextvars", "task_id_var"]
 
-JOB_CALL = 1
-JOB_EXEC = 2
+# Called by C when Runner() raised (the contract at the top of ext/worker.pxi).
+describe_exception = _marshal.describe_exception
 
 # The ContextVar holding the id of the task running in this context (Task.id in
 # main), or None. Set by Runner for a task's duration while log records are
@@ -63,119 +54,19 @@ JOB_EXEC = 2
 # Made on first use (load_contextvars): a worker that needs neither does not
 # even import _contextvars.
 task_id_var: "Any" = None
-_ContextVar: "Any" = None
 _copy_context: "Any" = None
 
 
 def load_contextvars() -> "Any":
     """task_id_var, made (with what Runner needs of _contextvars) on first use."""
-    global task_id_var, _ContextVar, _copy_context
+    global task_id_var, _copy_context
     if task_id_var is None:
         # The builtin module itself: `contextvars` only re-exports it.
         from _contextvars import ContextVar, copy_context
 
-        _ContextVar, _copy_context = ContextVar, copy_context
+        _copy_context = copy_context
         task_id_var = ContextVar("aiosubinterp.task_id", default=None)
     return task_id_var
-
-
-def context_var(resolve: "Any", module: str, name: str) -> "Any":
-    """This worker's own ContextVar ``module.name`` (resolve imports and caches it).
-
-    Interpreter and process workers alike; a clear error when it is missing
-    or is something else here.
-    """
-    load_contextvars()
-    where = f"{module}.{name}"
-    try:
-        var = resolve(module, name)
-    except BaseException as exc:
-        refused = refusal_from(exc) if isinstance(exc, ImportError) else None
-        raise RuntimeError(
-            f"the context variable {where} (in the pool's context_vars) could not be found "
-            f"in this worker: {type(exc).__name__}: {refused or exc}. A context variable "
-            "crosses by module and name: keep it at the top level of a module that imports "
-            "cleanly in a worker."
-        ) from exc
-    if type(var) is not _ContextVar:
-        raise TypeError(
-            f"the context variable {where} (in the pool's context_vars) is a "
-            f"{type(var).__name__} in this worker, not a contextvars.ContextVar: the module "
-            "must define it the same way in every interpreter and process."
-        )
-    return var
-
-
-def _type_name(exc: BaseException) -> str:
-    tp = type(exc)
-    if tp.__module__ == _marshal.MAIN_ALIAS:
-        return f"__main__.{tp.__qualname__}"
-    return f"{tp.__module__}.{tp.__qualname__}"
-
-
-def _names(exc: BaseException) -> tuple[str, str]:
-    """(type_name, message) of exc, whatever its __str__ does."""
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001
-        message = f"<unprintable {type(exc).__qualname__}>"
-    return _type_name(exc), message
-
-
-def _rebuildable(exc: BaseException) -> bytes:
-    """exc pickled, if it unpickles again (raises otherwise)."""
-    data = _marshal.dumps(exc)
-    _marshal.loads(data)
-    return data
-
-
-def describe_exception(exc: BaseException) -> tuple[object, ...]:
-    """(type_name, message, traceback_text, exception_or_None, frames), ready to cross back.
-
-    frames is _tracebacks.capture's plain data (the frames of exc and of its
-    chain) or None; _errors.rebuild also takes the first four alone.
-    """
-    import traceback
-
-    refused = refusal_from(exc)
-    if refused is not None:
-        refused.__cause__ = exc
-        exc = refused
-    type_name, message = _names(exc)
-    tb_text = ""
-    frames = None
-    if exc.__traceback__ is not None:  # raised there, not made up to report a local failure
-        from aiosubinterp import _tracebacks
-
-        try:
-            tb_text = _tracebacks.format_text(exc)  # without our own frames
-        except Exception:  # noqa: BLE001
-            try:
-                tb_text = "".join(traceback.format_exception(exc))
-            except Exception:  # noqa: BLE001
-                pass
-        try:
-            frames = _tracebacks.capture(exc, _names, _rebuildable)
-        except Exception:  # noqa: BLE001 - the text form still says where
-            frames = None
-    try:
-        _rebuildable(exc)  # only send what can be rebuilt
-        carried: object = _PickledException(exc)
-    except Exception:  # noqa: BLE001
-        carried = None
-    return (type_name, message, tb_text, carried, frames)
-
-
-class _PickledException:
-    """Pickles as the exception itself, stripped of its traceback."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def __reduce__(self):
-        return _marshal.loads, (_marshal.dumps(self.exc),)
 
 
 # On 3.12.1 CPython runs a single-phase extension's init function inside the
@@ -217,7 +108,7 @@ def coroutine_refusal(what: str) -> str:
 
 
 class Runner:
-    """Per-worker state: setup, function cache, the job dispatcher.
+    """Per-worker state: setup, its resolver (with the function cache), the job dispatcher.
 
     A job whose function returns a coroutine (an ``async def`` function) runs
     it to completion on an asyncio event loop owned by this worker, created on
@@ -263,20 +154,17 @@ class Runner:
         self._concurrency = _core._worker_concurrency(handle) if handle else 1
         self._session: dict[int, object] | None = None  # tid -> asyncio.Task while serving
         self._session_done = None  # future the loop runs until, while serving
-        self._main_ref = main_ref
-        self._main_module = None
+        self._resolver = _marshal.Resolver(main_ref)
         # While run() runs a job: (task id, token of task_id_var), or the context
         # the job's own was copied from (context_vars), for _event_loop().
         self._token: object = None
         self._outside: object = None
-        self._functions: dict[tuple[str, str], object] = {}
-        self._namespace = sys.modules["__main__"].__dict__
         self._logs = None
         if logs is not None:
             from aiosubinterp._inside.logs import Forwarder
 
             self._logs = Forwarder(logs)
-        _marshal.main_importer = self.main_module
+        self._resolver.install()
         if sys.version_info[:2] == (3, 12):
             sys.meta_path.insert(0, _RefuseKnown)
         self._copies = None
@@ -290,7 +178,7 @@ class Runner:
             self.apply_settings(settings)
         for name in preload:
             try:
-                _import_module(name)
+                _marshal.import_module(name)
             except BaseException as exc:
                 refused = refusal_from(exc)
                 if refused is not None:
@@ -299,7 +187,7 @@ class Runner:
         if initializer is not None:
             # No job is dispatched yet: an async initializer runs to its end
             # here, whatever the concurrency (a session needs a job).
-            self.run(JOB_CALL, initializer, session=False)
+            self.run(_marshal.JOB_CALL, initializer, session=False)
         if self._logs is not None:
             # After the initializer: logging (or warnings) it configured is kept.
             self._logs.maybe_install()
@@ -320,66 +208,6 @@ class Runner:
         if len(settings) > 1 and self._logs is not None:
             self._logs.set_output(settings[1])  # type: ignore[arg-type]
 
-    def main_module(self):
-        """The user's script, imported under another name (as multiprocessing's spawn does)."""
-        if self._main_module is not None:
-            return self._main_module
-        if self._main_ref is None:
-            raise _errors_module().NotShareableError(
-                "this function is defined in the main script, but the main script has no file "
-                "a worker can import (interactive session or -c). Move it to a module."
-            )
-        kind, where = self._main_ref
-        try:
-            module = _marshal.import_main_script(kind, where)
-        except BaseException as exc:
-            refused = refusal_from(exc)
-            detail = str(refused or exc).rstrip(".")
-            guard = "guard the script's top-level code with `if __name__ == '__main__':`"
-            message = (
-                f"a function of the main script {where!r} was sent to a worker, which had to "
-                f"import that script and failed: {type(exc).__name__}: {detail}. Keep worker "
-                "functions in a module that imports cleanly in an interpreter"
-                + ("." if guard in detail else f", and {guard}.")
-            )
-            if refused is not None:  # keeps its type: fallback="process" looks for it
-                raise _errors_module().ModuleRefusedError(message, name=refused.name) from exc
-            raise ImportError(message) from exc
-        self._main_module = module
-        return module
-
-    def resolve(self, module: str, qualname: str) -> object:
-        key = (module, qualname)
-        fn = self._functions.get(key)
-        if fn is None:
-            mod = self.main_module() if module == "__main__" else _import_module(module)
-            fn = mod
-            for part in qualname.split("."):
-                fn = getattr(fn, part)
-            self._functions[key] = fn
-        return fn
-
-    def target(self, kind: int, payload: object) -> tuple[object, ...]:
-        """(callable, args, kwargs, context values or None) for a job.
-
-        A call's payload is (module, target, args, kwargs[, context]): context
-        is ((module, name, value), ...) for each of the pool's ``context_vars``
-        set in the caller when it submitted (aiosubinterp._engine.context).
-        """
-        if kind == JOB_CALL:
-            if len(payload) == 4:  # type: ignore[arg-type]
-                module, target, args, kw = payload  # type: ignore[misc]
-                context = None
-            else:
-                module, target, args, kw, context = payload  # type: ignore[misc]
-            fn = (self.resolve(module, target) if module is not None
-                  else _marshal.callable_target(target))
-            return fn, args, dict(kw) if kw else None, context
-        if kind == JOB_EXEC:
-            code = compile(payload, "<aiosubinterp exec>", "exec")
-            return exec, (code, self._namespace), None, None
-        raise ValueError(f"aiosubinterp: unknown job kind {kind}")
-
     def _tracks_tasks(self) -> bool:
         """Whether jobs set task_id_var: while records are forwarded to main."""
         logs = self._logs
@@ -390,7 +218,7 @@ class Runner:
         if tid:
             task_id_var.set(tid)
         for module, name, value in context:  # type: ignore[attr-defined]
-            context_var(self.resolve, module, name).set(value)
+            self._resolver.context_var(module, name).set(value)
 
     def run(self, kind: int, payload: object, session: bool = True) -> object:
         """Called by C for the dispatched job: its value, or raises its error.
@@ -399,7 +227,7 @@ class Runner:
         initializer), or opens a session that posts the job itself and
         returns None (concurrency > 1).
         """
-        fn, args, kw, context = self.target(kind, payload)
+        fn, args, kw, context = self._resolver.job(kind, payload)
         logs = self._logs
         if logs is not None and logs.pending and session:  # not for the initializer
             logs.maybe_install()
@@ -477,7 +305,7 @@ class Runner:
     def serve(self, coro: "types.CoroutineType[object, object, object]") -> None:
         """Run coro, the dispatched job, and every job that joins it, until none is left."""
         if not coroutines_supported():
-            coro.close()
+            coro.close()  # never started: no event loop, no asyncio import
             raise RuntimeError(coroutine_refusal(f"coroutine {coro.__qualname__}()"))
         loop = self._event_loop()
         tid = _core._worker_session_begin(self._handle, self._wake[1])  # type: ignore[index]
@@ -541,7 +369,7 @@ class Runner:
             self._complete(tid, payload, None, False)
             return
         try:
-            fn, args, kw, context = self.target(kind, payload)
+            fn, args, kw, context = self._resolver.job(kind, payload)
             if self._logs is not None and self._logs.pending:
                 self._logs.maybe_install()
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
@@ -681,8 +509,7 @@ class Runner:
         try:
             self._close_loop()
         finally:
-            _marshal.main_importer = None
-            self._functions.clear()
+            self._resolver.uninstall()
             if self._logs is not None:
                 self._logs.shutdown()
         return wait_for_threads(grace)

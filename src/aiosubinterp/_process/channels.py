@@ -15,9 +15,8 @@ import weakref
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
-from aiosubinterp._channels.ends import recv_error, send_error
-from aiosubinterp._channels.stats import ChannelStatistics
-from aiosubinterp._errors import ChannelClosedError, EndOfChannel, NotShareableError
+from aiosubinterp._channels.ends import EndBase, RecvEndBase, recv_error, send_error
+from aiosubinterp._errors import NotShareableError
 
 __all__ = ["ProxyRecvChannel", "ProxySendChannel", "adopt"]
 
@@ -43,8 +42,10 @@ def _remote_error(info: tuple[Any, ...]) -> BaseException:
     return RuntimeError(f"the pool could not do this channel operation: {type_name}: {message}")
 
 
-class _ProxyEnd:
+class _ProxyEnd(EndBase):
     __slots__ = ("__weakref__", "_channel", "_closed", "_key")
+
+    _kind = ""  # "send" or "recv": what adopt() makes of a clone
 
     def __init__(self, key: int, channel_id: int) -> None:
         self._key = key
@@ -66,6 +67,10 @@ class _ProxyEnd:
         """True once this proxy closed its end (a close by another holder shows in operations)."""
         return self._closed
 
+    @property
+    def _channel_id(self) -> int:
+        return self._channel
+
     def close(self) -> None:
         """Close this end for every holder (idempotent), as SendChannel.close()."""
         if self._closed:
@@ -76,25 +81,14 @@ class _ProxyEnd:
 
         _worker.state().proxies.pop(self._key, None)
 
-    async def aclose(self) -> None:
-        """Close this end, as close()."""
-        self.close()
-
-    def clone(self) -> Any:
-        """A new, independently closable end of the same kind on the same channel."""
+    def _clone(self) -> _ProxyEnd | None:
         status, key = self._call("clone")
         if status != _DONE:
-            raise ChannelClosedError(f"{self!r} is closed: clone it before closing it")
-        return adopt(key, "send" if isinstance(self, ProxySendChannel) else "recv", self._channel)
+            return None
+        return adopt(key, self._kind, self._channel)
 
-    def statistics(self) -> ChannelStatistics:
-        """A snapshot of the channel (see SendChannel.statistics())."""
-        _, stats = self._call("stats")
-        if stats is None:
-            raise ChannelClosedError(f"{self!r} is closed")
-        used, maxsize, senders, receivers, wsend, wrecv = stats
-        return ChannelStatistics(used, float("inf") if maxsize < 0 else maxsize, senders,
-                                 receivers, wsend, wrecv)
+    def _stats(self) -> Any:
+        return self._call("stats")[1]
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._closed:
@@ -102,22 +96,6 @@ class _ProxyEnd:
         from aiosubinterp._process.wire import parent_end
 
         return parent_end, (self._key,)
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Any:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<aiosubinterp.{type(self).__name__} channel={self._channel} {state}>"
 
 
 class ProxySendChannel(_ProxyEnd):
@@ -130,6 +108,7 @@ class ProxySendChannel(_ProxyEnd):
     """
 
     __slots__ = ()
+    _kind = "send"
 
     def send_sync(self, value: object, timeout: float | None = None) -> None:
         """Send value, blocking until a receiver has room for it; as SendChannel.send_sync()."""
@@ -156,7 +135,7 @@ class ProxySendChannel(_ProxyEnd):
         self.send_sync(value)
 
 
-class ProxyRecvChannel(_ProxyEnd):
+class ProxyRecvChannel(_ProxyEnd, RecvEndBase):
     """A RecvChannel inside a worker process: the blocking and non-blocking forms.
 
     ``recv_sync``, ``recv_nowait``, ``for x in recv``, ``close``, ``clone``,
@@ -166,6 +145,7 @@ class ProxyRecvChannel(_ProxyEnd):
     """
 
     __slots__ = ()
+    _kind = "recv"
 
     def recv_sync(self, timeout: float | None = None) -> Any:
         """Receive the next item, blocking until one is sent; as RecvChannel.recv_sync()."""
@@ -191,21 +171,3 @@ class ProxyRecvChannel(_ProxyEnd):
         Cancellation: as recv_sync() when the task is cancelled.
         """
         return self.recv_sync()
-
-    def __iter__(self) -> ProxyRecvChannel:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return self.recv_sync()
-        except EndOfChannel:
-            raise StopIteration from None
-
-    def __aiter__(self) -> ProxyRecvChannel:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return self.recv_sync()
-        except EndOfChannel:
-            raise StopAsyncIteration from None

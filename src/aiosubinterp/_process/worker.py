@@ -74,9 +74,7 @@ class _State:
         self.aio_task = None
         self.in_request = False      # waiting for the pool to finish a channel operation
         self.in_select = False       # ...and blocked in the select() of that wait
-        self.main_ref: tuple[str, str] | None = None
-        self.main_module: types.ModuleType | None = None
-        self.functions: dict[tuple[str, str], object] = {}
+        self.resolver = _marshal.Resolver(None, process=True)  # made again at SETUP
         self.next_request = 0
         self.proxies: dict[int, object] = {}  # key -> weakref of the channel-end proxy here
         self.wlock = threading.Lock()  # one frame at a time (log records from any thread)
@@ -140,43 +138,12 @@ class _State:
             raise KeyboardInterrupt
 
     def decode(self, body: bytes | bytearray, fds: list[int]) -> object:
-        return _wire.decode(body, fds, main=self.main)
+        return _wire.decode(body, fds, main=self.resolver.main_module)
 
     def encode(self, obj: object) -> tuple[bytes, list[int]]:
         return _wire.encode(obj, _end_reduction)
 
     # -- functions ------------------------------------------------------------------
-
-    def main(self) -> types.ModuleType:
-        """The user's script, imported under another name (as in interpreter workers)."""
-        if self.main_module is not None:
-            return self.main_module
-        if self.main_ref is None:
-            raise NotShareableError(
-                "this function is defined in the main script, but the main script has no file "
-                "a worker process can import (interactive session or -c). Move it to a module."
-            )
-        kind, where = self.main_ref
-        try:
-            module = _marshal.import_main_script(kind, where)
-        except BaseException as exc:
-            raise ImportError(
-                f"a function of the main script {where!r} was sent to a worker process, which "
-                f"had to import that script and failed: {type(exc).__name__}: {exc}. Guard the "
-                "script's top-level code with `if __name__ == '__main__':`."
-            ) from exc
-        self.main_module = module
-        return module
-
-    def resolve(self, module: str, qualname: str) -> object:
-        key = (module, qualname)
-        fn = self.functions.get(key)
-        if fn is None:
-            fn = self.main() if module == "__main__" else importlib.import_module(module)
-            for part in qualname.split("."):
-                fn = getattr(fn, part)
-            self.functions[key] = fn
-        return fn
 
     def call(self, payload: tuple[Any, ...], task: bool = True) -> object:
         if len(payload) > 4:
@@ -184,21 +151,17 @@ class _State:
             import contextvars
 
             return contextvars.copy_context().run(self._call_in, payload, task)
-        module, target, args, kw = payload
-        fn = (self.resolve(module, target) if module is not None
-              else _marshal.callable_target(target))
+        fn, args, kw, _ = self.resolver.call(payload)
         if task and self.logs is not None and self.logs.pending:
             self.logs.maybe_install()  # the task's module may have imported logging just now
-        result = fn(*args, **dict(kw)) if kw else fn(*args)
+        result = fn(*args, **kw) if kw else fn(*args)
         if type(result) is types.CoroutineType:
             return self.run_coroutine(result)
         return result
 
     def _call_in(self, payload: tuple[Any, ...], task: bool) -> object:
-        from aiosubinterp._inside.worker import context_var
-
         for module, name, value in payload[4]:
-            context_var(self.resolve, module, name).set(value)
+            self.resolver.context_var(module, name).set(value)
         return self.call(payload[:4], task)
 
     def run_coroutine(self, coro: types.CoroutineType[Any, Any, Any]) -> object:
@@ -379,9 +342,7 @@ def _end_reduction(end: object) -> tuple[Any, ...]:
 
 def _describe(exc: BaseException) -> tuple[Any, ...]:
     """(type_name, message, traceback, pickled exception or None, frames)."""
-    from aiosubinterp._inside.worker import describe_exception
-
-    type_name, message, tb_text, carried, frames = describe_exception(exc)
+    type_name, message, tb_text, carried, frames = _marshal.describe_exception(exc)
     data = None
     if carried is not None:
         try:
@@ -412,8 +373,8 @@ def main(sock_fd: int, ctl_fd: int) -> None:
         setup: Any = st.decode(body, fds)
         main_ref, preload, init_payload, settings = setup[:4]
         levels = setup[4] if len(setup) > 4 else None
-        st.main_ref = main_ref
-        _marshal.main_importer = st.main
+        st.resolver = _marshal.Resolver(main_ref, process=True)
+        st.resolver.install()
         if levels is not None:
             from aiosubinterp._inside.logs import Forwarder
 
