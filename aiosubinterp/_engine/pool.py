@@ -308,6 +308,9 @@ class _Engine(_lifecycle.Lifecycle):
         return (self._queue.busy(), self._queue.running(), self._queue.qsize(),
                 self._queue.completed())
 
+    def _listed(self) -> int:
+        return len(self._workers)
+
     # -- submitting --------------------------------------------------------------
 
     def _publish_settings(self, output: int) -> None:
