@@ -233,11 +233,13 @@ async def _start(kind: str, loop: str, workers: int,
         import aiosubinterp
 
         async with aiosubinterp.InterpreterPool(size=workers, preload=preload) as pool:
+            await pool.wait_ready()  # async with returns once the first one is ready
             yield Runner(kind, pool.run, pool.submit, f"InterpreterPool(size={workers})")
     elif kind == "aiosubinterp-processes":
         import aiosubinterp
 
         async with aiosubinterp.ProcessPool(size=workers, preload=preload) as ppool:
+            await ppool.wait_ready()  # async with returns once the first one is ready
             yield Runner(kind, ppool.run, ppool.submit, f"ProcessPool(size={workers})")
     elif kind == "to_thread":
         import concurrent.futures

@@ -28,8 +28,9 @@ Contenders, each sample in its own process:
 
 Contenders this Python does not have are skipped, with the reason printed.
 The executors and aiointerpreters create their interpreters lazily or in the
-background: their first result needs one interpreter, ours (``async with``)
-waits for both.
+background: their first result needs one interpreter, and so does ours
+(``async with`` returns once the first interpreter is ready; the second joins
+as it comes up).
 
 Targets: start to first result no slower than the fork-based process
 pool, preload makes the first task cheap; memory of the warm workers (RSS
@@ -218,8 +219,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "is close to the max).",
         "first result: from just before the pool is created to the first result (for "
         "aiosubinterp, `async with InterpreterPool(...)` then `await pool.run(first_task)`); "
-        "ready: the `async with` (interpreters created and preloaded); first task: ready to "
-        "first result; next task: a second first_task call; import: importing the pool's "
+        "ready: the `async with` (the first interpreter created and preloaded); first task: "
+        "ready to first result; next task: a second first_task call; import: importing the pool's "
         "module (done before the clock starts).",
         "Memory read after both workers ran a task (json, re and collections imported in each). "
         "RSS counts the pages a forked worker shares with its parent in both; PSS splits them. "

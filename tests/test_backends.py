@@ -217,6 +217,20 @@ async def test_failing_initializer_breaks_the_pool(backend):
     await pool.aclose()
 
 
+async def test_start_returns_with_one_worker_and_wait_ready_waits_for_all(backend):
+    pool = backend.pool(2)
+    assert pool.statistics()["starting"] == 0 and pool.statistics()["state"] == "new"
+    async with pool:
+        stats = pool.statistics()  # the other worker may still be starting
+        assert stats["state"] == "running" and stats["starting"] in (0, 1)
+        await asyncio.wait_for(pool.wait_ready(), 60)
+        assert pool.statistics()["starting"] == 0
+        assert await asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(4))) == [
+            0, 1, 4, 9]
+    with pytest.raises(asi.PoolClosedError):
+        await pool.wait_ready()
+
+
 async def test_preload_of_missing_module_breaks_the_pool(backend):
     pool = backend.pool(1, preload=("no_such_module_xyz",))
     with pytest.raises(asi.BrokenPoolError, match="no_such_module_xyz"):

@@ -42,6 +42,7 @@ async def test_get_current_inside_a_worker():
 
 async def test_list_all_sees_every_interpreter():
     async with asi.InterpreterPool(2) as pool, asi.Interpreter() as interp:
+        await pool.wait_ready()  # async with returns once the first one is ready
         infos = asi.list_all()
         assert infos[0] == asi.get_main()
         assert interp.info() in infos

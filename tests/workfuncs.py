@@ -137,6 +137,16 @@ def fail_init():
     raise RuntimeError("initializer says no")
 
 
+def init_after_read(fd):
+    """An initializer that waits for one byte on the pipe; b"f" makes it fail.
+
+    Each byte the test writes lets one interpreter's start go on: the test
+    decides which starts are over, and how.
+    """
+    if os.read(fd, 1) == b"f":
+        raise RuntimeError("initializer says no, this one")
+
+
 def fail_init_after_read(fd):
     """An initializer that fails once the test writes to the pipe."""
     os.read(fd, 1)

@@ -308,6 +308,9 @@ class _Engine(_lifecycle.Lifecycle):
         return (self._queue.busy(), self._queue.running(), self._queue.qsize(),
                 self._queue.completed())
 
+    def _listed(self) -> int:
+        return len(self._workers)
+
     # -- submitting --------------------------------------------------------------
 
     def _publish_settings(self, output: int) -> None:
@@ -527,7 +530,9 @@ class InterpreterPool(_Engine):
         preload: modules each interpreter imports at start, so the first
             task does not pay for them.
         initializer: a module-level function each interpreter calls once at
-            start, with ``initargs``. If it raises, the pool is broken.
+            start, with ``initargs``. If it raises in the first interpreter,
+            the pool is broken (``async with`` raises BrokenPoolError); in a
+            later one, that interpreter is left out (logged as a warning).
         max_tasks_per_interpreter: replace an interpreter after it ran this many tasks.
         cancel_grace: seconds a cancelled, running task gets to stop before its
             interpreter is given up and replaced; also how long closing an
@@ -597,7 +602,10 @@ class InterpreterPool(_Engine):
     Each interpreter runs one task at a time (or up to
     ``concurrency_per_interpreter`` coroutines); tasks are taken from one
     shared queue. Interpreters are created off the event loop, on first use or on
-    ``await pool.start()`` / ``async with``.
+    ``await pool.start()`` / ``async with``, which return once the first one
+    is ready: the others start then and join as they come up (tasks queue
+    meanwhile; ``statistics()["starting"]`` counts them), and ``await
+    pool.wait_ready()`` waits for all of them.
 
     Thread-safety: a pool may be used from several event loops in several
     threads at once; each task belongs to the loop that submitted it.

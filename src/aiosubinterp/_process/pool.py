@@ -621,6 +621,9 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         with self._lock:
             return (len(self._running), len(self._running), len(self._queued), self._completed)
 
+    def _listed(self) -> int:
+        return len(self._procs)
+
 
 _drained = threading.Condition()  # a reader thread handled more (for drain_logs at exit)
 

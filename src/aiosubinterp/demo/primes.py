@@ -43,6 +43,7 @@ async def run_primes(workers: int, tasks: int, span: int) -> int:
         return sum(parts)
 
     async with asi.InterpreterPool(workers) as pool:
+        await pool.wait_ready()  # every interpreter started, not just the first
         await pool.run(count_primes, 0, 10)  # warm: the function's module is imported
 
         async def interpreters() -> int:
