@@ -1,6 +1,7 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info | check | profile | serve | --version``.
+"""Command line: ``python -m aiosubinterp demo | bench | info | check | profile | serve``.
 
-Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
+Also ``--version``. Parses the arguments and dispatches; the commands live in
+:mod:`aiosubinterp.demo` (``serve`` in ``aiosubinterp._serve``).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ async def app(scope, receive, send):
                         f.write("done")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    path = scope["path"]
+    path = scope["path"][len(scope["root_path"]):]  # the server's path includes root_path
     if path == "/":
         await _reply(send, b"Hello, world!")
     elif path == "/json":
@@ -72,8 +72,11 @@ async def app(scope, receive, send):
             await asyncio.sleep(0)
         await send({"type": "http.response.body", "body": b""})
     elif path == "/slow":
-        # Answers once the file named by ?path= exists (the test creates it).
+        # Writes ?path= + ".started", then answers once the file ?path= exists
+        # (the test creates it).
         target = scope["query_string"].decode().partition("=")[2]
+        with open(target + ".started", "w") as f:
+            f.write(str(_interp()))
         while not os.path.exists(target):
             await asyncio.sleep(0.02)
         await _reply(send, b"slow done")

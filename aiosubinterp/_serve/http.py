@@ -103,6 +103,7 @@ class Connection(asyncio.Protocol):
         self.writable = asyncio.Event()
         self.writable.set()
         self.reading_paused = False
+        self.served = 0  # responses finished on this connection
         self.idle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------
@@ -112,9 +113,6 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.state.connections.add(self)
-        if self.state.stopping:
-            transport.close()
-            return
         self._arm_idle_timer()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -225,6 +223,7 @@ class Connection(asyncio.Protocol):
     def cycle_done(self) -> None:
         """The cycle's response is complete (or failed): next request, or close."""
         self.cycle = None
+        self.served += 1
         self.state.response_done()
         if self.transport.is_closing():
             return
@@ -240,7 +239,10 @@ class Connection(asyncio.Protocol):
         self._handle_events()  # a pipelined request already buffered
 
     def close_when_idle(self) -> None:
-        if self.cycle is None:
+        # A connection that has not sent its first request yet was accepted
+        # just before the stop: its request is answered (then it closes), or
+        # the keep-alive timeout closes it.
+        if self.cycle is None and self.served:
             self.transport.close()
 
     def _pause_reading(self) -> None:
@@ -299,7 +301,7 @@ class Cycle:
             self._fail()
             conn.state.exit_code = exc.code if exc.code is not None else 0
             conn.state.limit_reached.set()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the application's error: logged, answered with 500
             _log.exception("Exception in ASGI application")
             self._fail()
         else:
@@ -311,7 +313,7 @@ class Cycle:
                 conn.transport.close()
         finally:
             if self.started and self.conn.state.access_log:
-                client = "%s:%d" % self.conn.client if self.conn.client else "-"
+                client = "{}:{}".format(*self.conn.client) if self.conn.client else "-"
                 query = self.scope["query_string"]
                 target = self.scope["raw_path"].decode("ascii", "replace") + (
                     "?" + query.decode("ascii", "replace") if query else "")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -53,7 +54,8 @@ def _positive(name: str, value: object, kind: type = float, allow_none: bool = T
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-        raise TypeError(f"serve({name}=...): expected a {kind.__name__}, got {value!r}")
+        raise TypeError(f"serve({name}=...): expected {'an int' if kind is int else 'a number'}"
+                        f", got {value!r}")
     if not value > 0:
         raise ValueError(f"serve({name}=...) must be positive, got {value!r}")
     return value
@@ -119,7 +121,7 @@ def serve(
     backlog: int = 2048,
     h11_max_incomplete_event_size: int = 16 * 1024,
 ) -> int:
-    """Serve an ASGI 3 application from ``workers`` interpreters of this process; block until stopped.
+    """Serve an ASGI 3 application from ``workers`` interpreters of this process, until stopped.
 
     Each interpreter imports the application itself, runs its own asyncio
     event loop and an HTTP/1.1 server (h11), and accepts connections from
@@ -228,6 +230,8 @@ class _Supervisor:
         self.tasks: dict[asyncio.Future[Any], int] = {}  # serve task -> slot
         self.controls: dict[int, Any] = {}  # slot -> the send end of its control channel
         self.started: set[int] = set()
+        self.closed: set[int] = set()  # slots whose interpreter closed its listening socket
+        self.closed_changed = asyncio.Event()
 
     def _where(self) -> str:
         name = self.sock.getsockname()
@@ -267,7 +271,9 @@ class _Supervisor:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 signals.append(sig)
-        events_send, events_recv = aiosubinterp.open_channel()
+        # Unbounded: a worker reports "closed" without waiting (two items per
+        # interpreter it starts, read at once by _events).
+        events_send, events_recv = aiosubinterp.open_channel(math.inf)
         pool = aiosubinterp.InterpreterPool(self.workers, max_tasks_per_interpreter=1,
                                             idle_spin=0, cancel_grace=5.0)
         listener = loop.create_task(self._events(events_recv))
@@ -297,6 +303,9 @@ class _Supervisor:
                                   self.app, self._where(), self.workers)
                 else:
                     _log.info("Interpreter %d serves in slot %d", interp, slot)
+            elif kind == "closed":
+                self.closed.add(slot)
+                self.closed_changed.set()
 
     async def _supervise(self, pool: Any, events: Any) -> int:
         stop = asyncio.get_running_loop().create_task(self.stopping.wait())
@@ -337,10 +346,32 @@ class _Supervisor:
                       "(--limit-max-requests); replacing it", slot, result[1])
         return None
 
+    async def _close_listener(self) -> None:
+        """Close main's listening socket once no interpreter may still accept or dup it.
+
+        From then on new connections are refused, as the requests in flight
+        finish. An interpreter still starting dups the fd by number: main
+        waits for each slot's ``closed`` event (or for its task to end).
+        """
+        while True:
+            pending = [t for t, slot in self.tasks.items()
+                       if not t.done() and slot not in self.closed]
+            if not pending:
+                break
+            self.closed_changed.clear()
+            changed = asyncio.get_running_loop().create_task(self.closed_changed.wait())
+            try:
+                await asyncio.wait([changed, *pending], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+        self.sock.close()
+        _log.info("Stopped accepting connections")
+
     async def _stop_all(self) -> None:
         for send in self.controls.values():
             with contextlib.suppress(Exception):
                 send.send_nowait("stop")
+        await self._close_listener()
         if self.tasks:
             await asyncio.wait(list(self.tasks))
         for task, slot in self.tasks.items():

@@ -10,7 +10,8 @@ accepting, lets the requests in flight finish within the graceful timeout,
 cancels what is left, runs the lifespan shutdown and returns how it ended.
 
 Main learns that the interpreter serves from a ``("started", slot, id)``
-item on the events channel; what went wrong comes back as the task's result
+item on the events channel, and that it closed its duplicate of the listening
+socket from ``("closed", slot, id)``; what went wrong comes back as the task's result
 ``("error", message, exit_code)``, so main decides what to print.
 """
 
@@ -66,10 +67,9 @@ def load_app(path: str, factory: bool) -> Any:
         except TypeError as exc:
             raise AppLoadError(f"--factory: calling {path} failed: {exc}") from None
     if not callable(app):
-        raise AppLoadError(f"{path} is a {type(app).__name__}, not an ASGI application "
-                           "(an async callable taking scope, receive, send)"
-                           + ("" if factory else "; if it makes the application, pass "
-                              "--factory"))
+        made = "what the factory returned" if factory else path
+        raise AppLoadError(f"{made} is not callable ({type(app).__name__}): not an ASGI "
+                           "application (an async callable taking scope, receive, send)")
     return app
 
 
@@ -175,6 +175,7 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
             t.cancel()
         server.close()  # this interpreter accepts no more (the others go on)
         srv.stop()
+        events.send_nowait(("closed", slot, me))
         grace = cfg["timeout_graceful_shutdown"]
         try:
             await asyncio.wait_for(srv.idle.wait(), grace)
