@@ -377,6 +377,26 @@ def test_graceful_shutdown_timeout_cancels_what_is_left(tmp_path):
         finally:
             client.close()
     assert "Cancel 1 running request(s)" in srv.output
+    assert "Traceback" not in srv.output, srv.output
+
+
+def test_a_second_signal_cancels_the_requests_in_flight(tmp_path):
+    with serving(tmp_path, "--workers", "2") as srv:  # no graceful limit
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/slow?path={tmp_path / 'never'}")
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "never.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            srv.proc.send_signal(signal.SIGINT)
+            srv.wait_for(r"Stopped accepting connections")
+            assert srv.stop(signal.SIGINT) == 0, srv.output
+            assert client.closed_by_server()  # cut off, no response
+        finally:
+            client.close()
+    assert "SIGINT again: cancelling the requests in flight" in srv.output
+    assert "Traceback" not in srv.output, srv.output
 
 
 # -- options -----------------------------------------------------------------------
@@ -401,6 +421,12 @@ def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
             assert slow.closed_by_server()
         finally:
             slow.close()
+        stalled = Client(srv.port)  # sends half a request head, then nothing
+        try:
+            stalled.sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            assert stalled.closed_by_server()
+        finally:
+            stalled.close()
         answer = get_json(srv.url + "/json")
         assert answer["root_path"] == "/api"
         assert srv.stop() == 0

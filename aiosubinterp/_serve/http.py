@@ -124,9 +124,14 @@ class Connection(asyncio.Protocol):
         self.state.forget(self)
 
     def data_received(self, data: bytes) -> None:
-        self._cancel_idle_timer()
         self.h11.receive_data(data)
         self._handle_events()
+        if self.cycle is not None:
+            self._cancel_idle_timer()
+        elif not self.transport.is_closing():
+            # Part of a request head: it must be complete within the keep-alive
+            # timeout of the last byte (a client that stalls mid-head is closed).
+            self._arm_idle_timer()
 
     def eof_received(self) -> bool | None:
         self.h11.receive_data(b"")

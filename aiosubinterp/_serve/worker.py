@@ -166,29 +166,36 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
     told = loop.create_task(control.recv())
     limit = loop.create_task(srv.limit_reached.wait())
     reason = "stopped"
+    forced = False  # cancelled (main's second signal): no grace, no lifespan shutdown
     try:
         await asyncio.wait([told, limit], return_when=asyncio.FIRST_COMPLETED)
         if limit.done() and not told.done():
             reason = "recycle" if srv.exit_code is None else "exit"
-    finally:
-        for t in (told, limit):
-            t.cancel()
-        server.close()  # this interpreter accepts no more (the others go on)
-        srv.stop()
-        events.send_nowait(("closed", slot, me))
-        grace = cfg["timeout_graceful_shutdown"]
-        try:
-            await asyncio.wait_for(srv.idle.wait(), grace)
-        except TimeoutError:
-            if srv.tasks:
-                _log.warning("Cancel %d running request(s): --timeout-graceful-shutdown "
-                             "(%s s) exceeded", len(srv.tasks), grace)
-            for task in list(srv.tasks):
-                task.cancel()
-            for conn in list(srv.connections):
-                conn.transport.abort()
-            await asyncio.gather(*srv.tasks, return_exceptions=True)
-        await server.wait_closed()
+    except asyncio.CancelledError:
+        forced = True
+    for t in (told, limit):
+        t.cancel()
+    server.close()  # this interpreter accepts no more (the others go on)
+    srv.stop()
+    events.send_nowait(("closed", slot, me))
+    grace = 0 if forced else cfg["timeout_graceful_shutdown"]
+    try:
+        await asyncio.wait_for(srv.idle.wait(), grace)
+    except TimeoutError:
+        if srv.tasks and not forced:
+            _log.warning("Cancel %d running request(s): --timeout-graceful-shutdown "
+                         "(%s s) exceeded", len(srv.tasks), grace)
+    except asyncio.CancelledError:
+        forced = True  # cancelled during the grace
+    if not srv.idle.is_set():
+        for task in list(srv.tasks):
+            task.cancel()
+        for conn in list(srv.connections):
+            conn.transport.abort()
+        await asyncio.gather(*srv.tasks, return_exceptions=True)
+    await server.wait_closed()
+    if forced:
+        raise asyncio.CancelledError
     await lifespan.shutdown()
     sys.stdout.flush()
     return (reason, srv.requests, repr(srv.exit_code))
