@@ -45,12 +45,13 @@ class Server:
     """``python -m aiosubinterp serve APP ARGS`` in a child process, its output collected."""
 
     def __init__(self, tmp_path, *args: str, app: str = "servefuncs:app",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
         cmd = [sys.executable, "-m", "aiosubinterp", "serve", app, "--app-dir", TESTS,
                "--port", "0", *args]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT, **(env or {})})
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT, **(env or {})},
+            pass_fds=pass_fds)
         self.lines: list[str] = []
         self.changed = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -431,6 +432,21 @@ def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
         assert answer["root_path"] == "/api"
         assert srv.stop() == 0
     assert '"GET' not in srv.output  # --no-access-log
+
+
+def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = Server(tmp_path, "--workers", "1", "--fd", str(sock.fileno()),
+                        pass_fds=(sock.fileno(),))
+    try:
+        server.start()
+        assert server.port == port
+        assert get(server.url + "/") == (200, b"Hello, world!")
+        assert server.stop() == 0, server.output
+    finally:
+        server.kill()
 
 
 def test_log_level_warning_hides_info(tmp_path):
