@@ -535,6 +535,12 @@ def test_the_function_checks_its_arguments_before_starting():
         aiosubinterp.serve("servefuncs:app", log_level="loud")
 
 
+def test_on_3_12_it_says_which_python_it_needs(monkeypatch):
+    monkeypatch.setattr(sys, "version_info", (3, 12, 1, "final", 0))
+    with pytest.raises(RuntimeError, match=r"serve needs CPython 3\.13 or newer"):
+        aiosubinterp.serve("servefuncs:app")
+
+
 def test_the_function_serves_a_unix_socket(tmp_path):
     path = tmp_path / "s.sock"
     script = tmp_path / "child.py"
