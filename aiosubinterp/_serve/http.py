@@ -290,6 +290,7 @@ class Cycle:
         self.complete = False
         self.status = 0
         self.head = scope["method"] == "HEAD"
+        self.pending = b""  # the response head, until the first body message
 
     async def run(self, app: Any) -> None:
         conn = self.conn
@@ -342,6 +343,11 @@ class Cycle:
         else:
             self.conn.transport.close()
 
+    def _flush(self) -> None:
+        if self.pending and not self.conn.transport.is_closing():
+            self.conn.transport.write(self.pending)
+        self.pending = b""
+
     def _write(self, event: Any) -> None:
         self.conn.transport.write(self.conn.h11.send(event))
 
@@ -378,19 +384,28 @@ class Cycle:
             headers.append((b"date", conn.state.date()))
             if conn.state.stopping:
                 headers.append((b"connection", b"close"))
-            self._write(h11.Response(status_code=self.status, headers=headers))
+            # The head waits for a body message sent in the same step of the
+            # application (one write, one send() call, for a small response);
+            # else it goes out when the loop next runs its callbacks.
+            self.pending = conn.h11.send(h11.Response(status_code=self.status, headers=headers))
+            conn.loop.call_soon(self._flush)
+            return
         elif kind == "http.response.body":
             if not self.started or self.complete:
                 raise RuntimeError(f"unexpected ASGI message {kind!r}: "
                                    + ("no response started" if not self.started
                                       else "the response is complete"))
+            out = self.pending
+            self.pending = b""
             body = message.get("body", b"")
             if body and not self.head:
-                self._write(h11.Data(data=body))
+                out += conn.h11.send(h11.Data(data=body))
             if not message.get("more_body", False):
-                self._write(h11.EndOfMessage())
+                out += conn.h11.send(h11.EndOfMessage())
                 self.complete = True
                 self.wake.set()
+            if out:
+                conn.transport.write(out)
         else:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} in an HTTP response")
         if not conn.writable.is_set():
