@@ -80,6 +80,14 @@ async def app(scope, receive, send):
         while not os.path.exists(target):
             await asyncio.sleep(0.02)
         await _reply(send, b"slow done")
+    elif path == "/late":
+        # The head at once, the body once the file ?path= exists.
+        target = scope["query_string"].decode().partition("=")[2]
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain")]})
+        while not os.path.exists(target):
+            await asyncio.sleep(0.02)
+        await send({"type": "http.response.body", "body": b"late body"})
     elif path == "/error":
         raise RuntimeError("the application failed on purpose")
     elif path == "/exit":

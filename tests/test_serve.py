@@ -274,6 +274,24 @@ def test_streaming_and_request_bodies(server):
         client.close()
 
 
+def test_the_head_goes_out_before_a_late_body(server, tmp_path):
+    release = tmp_path / "release"
+    client = Client(server.port)
+    try:
+        client.send("GET", f"/late?path={release}")
+        head = b""
+        while b"\r\n\r\n" not in head:  # the head arrives while the body waits
+            head += client.sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        release.write_text("go")
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        while not rest.endswith(b"0\r\n\r\n"):
+            rest += client.sock.recv(65536)
+        assert b"late body" in rest
+    finally:
+        client.close()
+
+
 def test_an_application_error_is_a_500_and_logged(server):
     assert get(server.url + "/error")[0] == 500
     server.wait_for(r"ERROR: Exception in ASGI application")
