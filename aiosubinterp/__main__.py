@@ -67,6 +67,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        help="requests at once per interpreter; more get 503")
     serve.add_argument("--limit-max-requests", type=int, default=None,
                        help="replace an interpreter after this many requests")
+    serve.add_argument("--timeout-worker-healthcheck", type=float, default=30.0,
+                       help="replace an interpreter whose event loop gave no sign of life "
+                            "for this many seconds (30)")
     serve.add_argument("--backlog", type=int, default=2048, help="listen backlog (2048)")
     serve.add_argument("--h11-max-incomplete-event-size", type=int, default=16 * 1024,
                        help="largest request line and headers in bytes; larger get 431 (16384)")

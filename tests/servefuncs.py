@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import aiosubinterp
 
@@ -88,6 +89,14 @@ async def app(scope, receive, send):
         while not os.path.exists(target):
             await asyncio.sleep(0.02)
         await send({"type": "http.response.body", "body": b"late body"})
+    elif path == "/hang":
+        # Blocks this interpreter's event loop until the file ?path= exists.
+        target = scope["query_string"].decode().partition("=")[2]
+        with open(target + ".started", "w") as f:
+            f.write(str(_interp()))
+        while not os.path.exists(target):
+            time.sleep(0.01)  # noqa: ASYNC251 - blocking the loop is the point
+        await _reply(send, b"unblocked")
     elif path == "/error":
         raise RuntimeError("the application failed on purpose")
     elif path == "/exit":

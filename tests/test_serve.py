@@ -504,6 +504,29 @@ def test_interpreters_are_replaced_after_max_requests_and_on_exit(tmp_path):
         assert srv.stop() == 0, srv.output
 
 
+def test_a_hung_interpreter_is_replaced(tmp_path):
+    release = tmp_path / "release"
+    with serving(tmp_path, "--workers", "2", "--timeout-worker-healthcheck", "1") as srv:
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/hang?path={release}")  # blocks its interpreter's loop
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "release.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            srv.wait_for(r"slot \d sent no sign of life .* interrupting and replacing it")
+            srv.wait_for(r"Interpreter \d+ serves in slot \d")
+            for _ in range(5):
+                assert get(srv.url + "/") == (200, b"Hello, world!")
+            # Stopped while that interpreter still blocks: the process exits all the same.
+            assert srv.stop() == 0, srv.output
+            assert client.closed_by_server()
+        finally:
+            release.write_text("go")
+            client.close()
+    assert "1 interpreter(s) still block their event loop" in srv.output
+
+
 # -- bad input ---------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 __all__ = ["serve"]
@@ -118,6 +119,7 @@ def serve(
     timeout_graceful_shutdown: float | None = None,
     limit_concurrency: int | None = None,
     limit_max_requests: int | None = None,
+    timeout_worker_healthcheck: float | None = 30.0,
     backlog: int = 2048,
     h11_max_incomplete_event_size: int = 16 * 1024,
 ) -> int:
@@ -157,6 +159,10 @@ def serve(
             more get ``503 Service Unavailable``.
         limit_max_requests: replace an interpreter by a fresh one after it
             answered this many requests (the others keep serving meanwhile).
+        timeout_worker_healthcheck: an interpreter whose event loop gave no
+            sign of life for this many seconds (an application blocking it:
+            a busy loop, a blocking call) is interrupted and replaced by a
+            fresh one; None: never.
         backlog: the listening socket's backlog.
         h11_max_incomplete_event_size: the largest request line plus headers
             in bytes; a larger one gets ``431 Request Header Fields Too Large``.
@@ -191,6 +197,7 @@ def serve(
     _positive("timeout_graceful_shutdown", timeout_graceful_shutdown)
     _positive("limit_concurrency", limit_concurrency, int)
     _positive("limit_max_requests", limit_max_requests, int)
+    _positive("timeout_worker_healthcheck", timeout_worker_healthcheck)
     _positive("backlog", backlog, int, allow_none=False)
     _positive("h11_max_incomplete_event_size", h11_max_incomplete_event_size, int,
               allow_none=False)
@@ -206,6 +213,7 @@ def serve(
            "access_log": bool(access_log), "timeout_keep_alive": float(timeout_keep_alive),
            "timeout_graceful_shutdown": timeout_graceful_shutdown,
            "limit_concurrency": limit_concurrency, "limit_max_requests": limit_max_requests,
+           "timeout_worker_healthcheck": timeout_worker_healthcheck,
            "backlog": backlog, "h11_max_incomplete_event_size": h11_max_incomplete_event_size}
     sock = _listen(host, port, uds, fd, backlog)
     try:
@@ -217,8 +225,29 @@ def serve(
                 os.unlink(uds)
 
 
+class _Slot:
+    """One interpreter's place: its current serve task and what main knows of it.
+
+    A slot outlives its interpreters: a replacement is a new ``_Slot`` with
+    the same ``index`` and a new ``ticket`` (unique in the process), the
+    name the worker's events carry, so that a late event of the interpreter
+    it replaced is not taken for the new one's.
+    """
+
+    __slots__ = ("beat", "closed", "control", "index", "started", "task", "ticket")
+
+    def __init__(self, index: int, ticket: int, task: Any, control: Any) -> None:
+        self.index = index
+        self.ticket = ticket
+        self.task = task
+        self.control = control  # the send end of its control channel
+        self.started = False
+        self.closed = False  # it closed its duplicate of the listening socket
+        self.beat = time.monotonic()  # its last sign of life
+
+
 class _Supervisor:
-    """Main's side: the pool, one slot per interpreter, the signals."""
+    """Main's side: the pool, one slot per interpreter, the signals, the health checks."""
 
     def __init__(self, app: str, workers: int, cfg: dict[str, Any], sock: socket.socket) -> None:
         self.app = app
@@ -226,12 +255,11 @@ class _Supervisor:
         self.cfg = cfg
         self.sock = sock
         self.stopping = asyncio.Event()
-        self.forced = False
-        self.tasks: dict[asyncio.Future[Any], int] = {}  # serve task -> slot
-        self.controls: dict[int, Any] = {}  # slot -> the send end of its control channel
-        self.started: set[int] = set()
-        self.closed: set[int] = set()  # slots whose interpreter closed its listening socket
-        self.closed_changed = asyncio.Event()
+        self.slots: dict[int, _Slot] = {}  # ticket -> slot, the current interpreters only
+        self.tickets = 0
+        self.served_once = False  # the "Serving ..." line was logged
+        self.changed = asyncio.Event()  # a slot started, closed or missed its beats
+        self.hung: set[int] = set()  # tickets given up on whose loop has not run since
 
     def _where(self) -> str:
         name = self.sock.getsockname()
@@ -244,23 +272,24 @@ class _Supervisor:
         if self.stopping.is_set():
             _log.warning("%s again: cancelling the requests in flight",
                          signal.Signals(signum).name)
-            self.forced = True
-            for task in self.tasks:
-                task.cancel()
+            for slot in self.slots.values():
+                if not slot.task.done():
+                    self.hung.add(slot.ticket)  # until its loop reports it closed
+                    slot.task.cancel()
             return
         _log.info("%s: shutting down (finishing the requests in flight)",
                   signal.Signals(signum).name)
         self.stopping.set()
 
-    def _start_slot(self, pool: Any, slot: int, events: Any) -> None:
+    def _start_slot(self, pool: Any, index: int, events: Any) -> None:
         import aiosubinterp
         from aiosubinterp._serve import worker
 
+        self.tickets += 1
         send, recv = aiosubinterp.open_channel(1)
         task = pool.submit(worker.serve_interpreter, self.sock.fileno(), self.app, self.cfg,
-                           recv, events, slot)
-        self.tasks[task] = slot
-        self.controls[slot] = send
+                           recv, events, self.tickets)
+        self.slots[self.tickets] = _Slot(index, self.tickets, task, send)
 
     async def run(self) -> int:
         import aiosubinterp
@@ -271,68 +300,117 @@ class _Supervisor:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 signals.append(sig)
-        # Unbounded: a worker reports "closed" without waiting (two items per
-        # interpreter it starts, read at once by _events).
+        # Unbounded: a worker reports without waiting (its start, its beats,
+        # its close), and _events reads them at once.
         events_send, events_recv = aiosubinterp.open_channel(math.inf)
         pool = aiosubinterp.InterpreterPool(self.workers, max_tasks_per_interpreter=1,
                                             idle_spin=0, cancel_grace=5.0)
-        listener = loop.create_task(self._events(events_recv))
+        helpers = [loop.create_task(self._events(events_recv))]
+        if self.cfg["timeout_worker_healthcheck"] is not None:
+            helpers.append(loop.create_task(self._watch(self.cfg["timeout_worker_healthcheck"])))
+        status = 1
         try:
-            async with pool:
-                for slot in range(self.workers):
-                    self._start_slot(pool, slot, events_send)
+            await pool.start()
+            try:
+                for index in range(self.workers):
+                    self._start_slot(pool, index, events_send)
                 status = await self._supervise(pool, events_send)
                 await self._stop_all()
-                return status
+            finally:
+                if self.hung:
+                    self._exit_without(self.hung, status)
+                await pool.aclose()
+            return status
         finally:
-            listener.cancel()
+            for helper in helpers:
+                helper.cancel()
             for sig in signals:
                 loop.remove_signal_handler(sig)
             events_send.close()
             events_recv.close()
-            for send in self.controls.values():
-                send.close()
+            for slot in self.slots.values():
+                slot.control.close()
+
+    def _exit_without(self, hung: set[int], status: int) -> None:
+        """End the process now: an interpreter whose loop is still blocked cannot be destroyed.
+
+        CPython destroys an interpreter only once its thread returns, and
+        closing the pool (or exiting normally) would wait for it for ever.
+        """
+        _log.error("%d interpreter(s) still block their event loop (not answering, or "
+                   "cancelled by a second signal): the process exits without waiting for "
+                   "them", len(hung))
+        logging.shutdown()  # flush the handlers: os._exit skips it
+        os._exit(status)
 
     async def _events(self, recv: Any) -> None:
-        async for kind, slot, interp in recv:
+        async for kind, ticket, interp in recv:
+            slot = self.slots.get(ticket)
+            if slot is None:  # from an interpreter already replaced
+                if kind == "closed":
+                    self.hung.discard(ticket)  # its loop runs again: it is ending
+                continue
+            slot.beat = time.monotonic()
             if kind == "started":
-                if slot not in self.started:
-                    self.started.add(slot)
-                    if len(self.started) == self.workers:
-                        _log.info("Serving %s on %s from %d interpreters (press Ctrl-C to stop)",
-                                  self.app, self._where(), self.workers)
-                else:
-                    _log.info("Interpreter %d serves in slot %d", interp, slot)
+                slot.started = True
+                if self.served_once:
+                    _log.info("Interpreter %d serves in slot %d", interp, slot.index)
+                elif all(s.started for s in self.slots.values()):
+                    self.served_once = True
+                    _log.info("Serving %s on %s from %d interpreters (press Ctrl-C to stop)",
+                              self.app, self._where(), self.workers)
             elif kind == "closed":
-                self.closed.add(slot)
-                self.closed_changed.set()
+                slot.closed = True
+                self.changed.set()
+
+    async def _watch(self, silence: float) -> None:
+        """Cancel the task of a serving interpreter silent for ``silence`` seconds (hung).
+
+        Its loop sends a beat every third of that; a loop that does not run
+        (an application blocking it) sends none. The pool interrupts the
+        task, and replaces the interpreter if it does not stop within its
+        grace; the slot gets a fresh interpreter either way.
+        """
+        while not self.stopping.is_set():
+            await asyncio.sleep(silence / 3)
+            now = time.monotonic()
+            for slot in list(self.slots.values()):
+                if (slot.started and not slot.task.done() and not self.stopping.is_set()
+                        and now - slot.beat > silence):
+                    _log.error("The interpreter of slot %d sent no sign of life for %.1f s "
+                               "(--timeout-worker-healthcheck %g): interrupting and "
+                               "replacing it", slot.index, now - slot.beat, silence)
+                    self.hung.add(slot.ticket)
+                    slot.task.cancel()
 
     async def _supervise(self, pool: Any, events: Any) -> int:
         stop = asyncio.get_running_loop().create_task(self.stopping.wait())
         try:
             while True:
-                done, _ = await asyncio.wait([stop, *self.tasks],
-                                             return_when=asyncio.FIRST_COMPLETED)
+                tasks = [slot.task for slot in self.slots.values()]
+                done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
                 if stop in done:
                     return 0
-                for task in done:
-                    slot = self.tasks.pop(task)
-                    status = self._ended(task, slot)
+                for slot in [s for s in self.slots.values() if s.task in done]:
+                    del self.slots[slot.ticket]
+                    slot.control.close()
+                    status = self._ended(slot)
                     if status is not None:  # it could not start: give up
                         self.stopping.set()
                         return status
-                    self._start_slot(pool, slot, events)
+                    self._start_slot(pool, slot.index, events)
         finally:
             stop.cancel()
 
-    def _ended(self, task: asyncio.Future[Any], slot: int) -> int | None:
+    def _ended(self, slot: _Slot) -> int | None:
         """Report how a slot's task ended; an exit status if serving must end."""
+        task, index = slot.task, slot.index
         if task.cancelled():
-            _log.error("The interpreter of slot %d was cancelled; replacing it", slot)
+            _log.error("The interpreter of slot %d was cancelled; replacing it", index)
             return None
         exc = task.exception()
         if exc is not None:
-            _log.error("The interpreter of slot %d failed; replacing it", slot, exc_info=exc)
+            _log.error("The interpreter of slot %d failed; replacing it", index, exc_info=exc)
             return None
         result = task.result()
         if result[0] == "error":
@@ -340,10 +418,10 @@ class _Supervisor:
             return int(result[2])
         if result[0] == "exit":
             _log.error("The interpreter of slot %d stopped: the application raised "
-                       "SystemExit(%s); replacing it", slot, result[2])
+                       "SystemExit(%s); replacing it", index, result[2])
         elif result[0] == "recycle":
             _log.info("The interpreter of slot %d answered %d requests "
-                      "(--limit-max-requests); replacing it", slot, result[1])
+                      "(--limit-max-requests); replacing it", index, result[1])
         return None
 
     async def _close_listener(self) -> None:
@@ -354,12 +432,11 @@ class _Supervisor:
         waits for each slot's ``closed`` event (or for its task to end).
         """
         while True:
-            pending = [t for t, slot in self.tasks.items()
-                       if not t.done() and slot not in self.closed]
+            pending = [s.task for s in self.slots.values() if not s.task.done() and not s.closed]
             if not pending:
                 break
-            self.closed_changed.clear()
-            changed = asyncio.get_running_loop().create_task(self.closed_changed.wait())
+            self.changed.clear()
+            changed = asyncio.get_running_loop().create_task(self.changed.wait())
             try:
                 await asyncio.wait([changed, *pending], return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -368,15 +445,14 @@ class _Supervisor:
         _log.info("Stopped accepting connections")
 
     async def _stop_all(self) -> None:
-        for send in self.controls.values():
+        for slot in self.slots.values():
             with contextlib.suppress(Exception):
-                send.send_nowait("stop")
+                slot.control.send_nowait("stop")
         await self._close_listener()
-        if self.tasks:
-            await asyncio.wait(list(self.tasks))
-        for task, slot in self.tasks.items():
-            if not task.cancelled() and task.exception() is not None:
-                _log.error("The interpreter of slot %d failed while stopping", slot,
-                           exc_info=task.exception())
-        self.tasks.clear()
+        if self.slots:
+            await asyncio.wait([slot.task for slot in self.slots.values()])
+        for slot in self.slots.values():
+            if not slot.task.cancelled() and slot.task.exception() is not None:
+                _log.error("The interpreter of slot %d failed while stopping", slot.index,
+                           exc_info=slot.task.exception())
         _log.info("Finished serving %s", self.app)

@@ -9,10 +9,13 @@ channel or ``--limit-max-requests`` responses were sent. Then it stops
 accepting, lets the requests in flight finish within the graceful timeout,
 cancels what is left, runs the lifespan shutdown and returns how it ended.
 
-Main learns that the interpreter serves from a ``("started", slot, id)``
-item on the events channel, and that it closed its duplicate of the listening
-socket from ``("closed", slot, id)``; what went wrong comes back as the task's result
-``("error", message, exit_code)``, so main decides what to print.
+Main learns that the interpreter serves from a ``("started", ticket, id)``
+item on the events channel, that it is alive from a ``("beat", ticket, id)``
+every third of ``--timeout-worker-healthcheck`` (sent by its loop: a loop
+that an application blocks sends none), and that it closed its duplicate of
+the listening socket from ``("closed", ticket, id)``; what went wrong comes
+back as the task's result ``("error", message, exit_code)``, so main decides
+what to print.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ class Lifespan:
 
 
 async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control: Any,
-                            events: Any, slot: int) -> tuple[Any, ...]:
+                            events: Any, ticket: int) -> tuple[Any, ...]:
     """Serve ``app_path`` on the listening socket ``fd`` until told to stop; see the module."""
     import aiosubinterp
 
@@ -161,7 +164,15 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
     server = await loop.create_server(lambda: Connection(srv), sock=sock,
                                       backlog=cfg["backlog"])
     me = aiosubinterp.get_current().id
-    await events.send(("started", slot, me))
+    await events.send(("started", ticket, me))
+    beats: list[asyncio.TimerHandle] = []
+    check = cfg["timeout_worker_healthcheck"]
+    if check is not None:
+        def beat() -> None:
+            events.send_nowait(("beat", ticket, me))
+            beats[:] = [loop.call_later(check / 3, beat)]
+
+        beats.append(loop.call_later(check / 3, beat))
 
     told = loop.create_task(control.recv())
     limit = loop.create_task(srv.limit_reached.wait())
@@ -177,7 +188,7 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
         t.cancel()
     server.close()  # this interpreter accepts no more (the others go on)
     srv.stop()
-    events.send_nowait(("closed", slot, me))
+    events.send_nowait(("closed", ticket, me))
     grace = 0 if forced else cfg["timeout_graceful_shutdown"]
     try:
         await asyncio.wait_for(srv.idle.wait(), grace)
@@ -194,6 +205,8 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
             conn.transport.abort()
         await asyncio.gather(*srv.tasks, return_exceptions=True)
     await server.wait_closed()
+    for handle in beats:
+        handle.cancel()
     if forced:
         raise asyncio.CancelledError
     await lifespan.shutdown()
