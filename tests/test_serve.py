@@ -274,6 +274,26 @@ def test_streaming_and_request_bodies(server):
         client.close()
 
 
+def test_a_client_that_half_closes_still_gets_its_response(server, tmp_path):
+    release = tmp_path / "release"
+    client = Client(server.port)
+    try:
+        client.sock.sendall(b"GET /slow?path=%s HTTP/1.1\r\nhost: x\r\n\r\n"
+                            % str(release).encode())
+        client.sock.shutdown(socket.SHUT_WR)  # EOF while the request runs
+        deadline = time.monotonic() + DEADLINE
+        while not (tmp_path / "release.started").exists():
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.02)
+        release.write_text("go")
+        answer = b""
+        while chunk := client.sock.recv(65536):
+            answer += chunk
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"slow done"), answer
+
+
 def test_the_head_goes_out_before_a_late_body(server, tmp_path):
     release = tmp_path / "release"
     client = Client(server.port)

@@ -136,7 +136,9 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         self.h11.receive_data(b"")
         self._handle_events()
-        return None  # the transport closes itself
+        # A client that half-closed after its request still gets the response
+        # (the connection closes after it); an idle one is closed now.
+        return self.cycle is not None and not self.transport.is_closing()
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -188,6 +190,9 @@ class Connection(asyncio.Protocol):
                 b"content-length: %d\r\nconnection: close\r\n\r\n%s"
                 % (status, _REASONS[status], len(body), body))
         _log.warning("Invalid HTTP request received (%d): %s", status, why)
+        if self.cycle is not None:  # its body was malformed: the application's answer is moot
+            self.cycle.disconnected = True
+            self.cycle.wake.set()
         self.transport.close()
 
     def _start_cycle(self, request: h11.Request) -> None:
