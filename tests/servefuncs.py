@@ -105,6 +105,15 @@ async def app(scope, receive, send):
         await _reply(send, b"not found", status=404)
 
 
+async def fails_once_flagged(scope, receive, send):
+    """``app``, whose lifespan startup fails once the file $SERVE_TEST_FAIL_FLAG exists."""
+    if scope["type"] == "lifespan" and os.path.exists(os.environ["SERVE_TEST_FAIL_FLAG"]):
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": "flagged"})
+        return
+    await app(scope, receive, send)
+
+
 async def failing_startup(scope, receive, send):
     assert scope["type"] == "lifespan"
     await receive()

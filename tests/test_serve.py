@@ -547,6 +547,18 @@ def test_a_hung_interpreter_is_replaced(tmp_path):
     assert re.search(r"\d interpreter\(s\) still block their event loop", srv.output), srv.output
 
 
+def test_a_replacement_that_cannot_start_ends_the_server(tmp_path):
+    flag = tmp_path / "flag"
+    with serving(tmp_path, "--workers", "2", app="servefuncs:fails_once_flagged",
+                 env={"SERVE_TEST_FAIL_FLAG": str(flag)}) as srv:
+        assert get(srv.url + "/")[0] == 200
+        flag.write_text("fail from now on")
+        assert get(srv.url + "/exit")[0] == 500  # its interpreter is replaced...
+        assert srv.exit_code() == 3, srv.output  # ...by one whose startup fails
+    assert "lifespan startup failed: flagged" in srv.output
+    assert "Stopped accepting connections" in srv.output
+
+
 # -- bad input ---------------------------------------------------------------------
 
 
