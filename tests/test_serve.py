@@ -617,8 +617,15 @@ def test_on_3_12_it_says_which_python_it_needs(monkeypatch):
 def test_the_function_serves_a_unix_socket(tmp_path):
     path = tmp_path / "s.sock"
     script = tmp_path / "child.py"
+    # The program's own logging configuration: serve() adds no handler, and the
+    # interpreters' records reach this one with their interpreter_id.
     script.write_text(
-        "import aiosubinterp, sys\n"
+        "import aiosubinterp, logging, sys\n"
+        "class Show(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        where = getattr(record, 'interpreter_id', 'main')\n"
+        "        print(f'{record.name} interp={where} {record.getMessage()}', flush=True)\n"
+        "logging.basicConfig(level=logging.INFO, handlers=[Show()])\n"
         f"sys.exit(aiosubinterp.serve('servefuncs:app', workers=1, uds={str(path)!r}, "
         f"app_dir={TESTS!r}))\n")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
@@ -647,4 +654,7 @@ def test_the_function_serves_a_unix_socket(tmp_path):
         proc.stdout.close()
     assert proc.returncode == 0, out
     assert f"unix socket {path}" in line
+    assert line.startswith("aiosubinterp.serve interp=main Serving servefuncs:app")
+    assert re.search(r'aiosubinterp\.serve\.access interp=[1-9]\d* - - "GET / HTTP/1\.1" 200',
+                     out), out
     assert not path.exists()  # removed at exit
