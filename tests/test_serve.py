@@ -203,13 +203,26 @@ def get_json(url: str) -> dict:
     return json.loads(body)
 
 
-def interpreters_answering(url: str, want: int = 2, bound: int = 400) -> set[int]:
-    """Interpreter ids that answered GET url/json, each on a new connection, until `want`."""
-    seen = set()
+def interpreters_answering(url: str, want: int = 2, bound: int = 50) -> set[int]:
+    """Interpreter ids that answered GET url/json until `want` were seen (`bound` rounds).
+
+    Each round opens 8 connections at once (whichever interpreter's loop
+    accepts each one answers it), then asks /json on each.
+    """
+    port = int(url.rsplit(":", 1)[1])
+    seen: set[int] = set()
     for _ in range(bound):
-        answer = get_json(f"{url}/json")
-        assert answer["started_in"] == answer["interpreter"]  # its own lifespan ran
-        seen.add(answer["interpreter"])
+        clients = [Client(port) for _ in range(8)]
+        try:
+            for client in clients:
+                status, _, body = client.request("GET", "/json")
+                assert status == 200, body
+                answer = json.loads(body)
+                assert answer["started_in"] == answer["interpreter"]  # its own lifespan ran
+                seen.add(answer["interpreter"])
+        finally:
+            for client in clients:
+                client.close()
         if len(seen) >= want:
             break
     return seen
