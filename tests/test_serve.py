@@ -525,7 +525,7 @@ def test_interpreters_are_replaced_after_max_requests_and_on_exit(tmp_path):
         first = interpreters_answering(srv.url)
         for _ in range(12):  # 2 interpreters x 3 requests, then more: some are replaced
             assert get(srv.url + "/")[0] == 200
-        srv.wait_for(r"answered 3 requests \(--limit-max-requests\); replacing it")
+        srv.wait_for(r"answered \d+ requests \(--limit-max-requests\); replacing it")
         srv.wait_for(r"Interpreter \d+ serves in slot \d")
         later = interpreters_answering(srv.url)
         assert later - first, (first, later)  # fresh interpreters serve now
