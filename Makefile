@@ -45,7 +45,7 @@
 # Per venv, two stamps:
 #   .venv-X/.deps.stamp  the venv and the third-party packages pyproject.toml
 #                        names (build requirements, dependencies, the $(EXTRAS)
-#                        extras: test, bench, demo); redone when pyproject.toml changes
+#                        extras: test, bench, demo, serve); redone when pyproject.toml changes
 #   .venv-X/.ext.stamp   the project installed: by default a wheel built from
 #                        its sdist (INSTALL=wheel; INSTALL=editable for
 #                        development, see the rule); redone when what it is
@@ -63,7 +63,7 @@ SHELL := /bin/bash
 PYTHON_VERSIONS ?= 3.13 3.12
 DEMO_PYTHON ?= 3.13
 LINT_PYTHON ?= 3.13
-EXTRAS ?= test,bench,demo
+EXTRAS ?= test,bench,demo,serve
 # The refusing extensions fallback="copy" is tested with: no free-threaded
 # (3.13t) wheels exist for orjson, lxml or msgspec, so those venvs go without.
 COPIES_EXTRA ?= ,copies

@@ -50,6 +50,7 @@ __all__ = [
     "runtime_info",
     "select",
     "select_sync",
+    "serve",
     "share",
 ]
 
@@ -87,6 +88,7 @@ _LAZY = {
     "open_channel": "_channels.ends",
     "select": "_channels.select",
     "select_sync": "_channels.select",
+    "serve": "_serve.main",
     "FileDescriptor": "_core",
     "share": "_core",
     "SharedBuffer": "_core",
@@ -136,6 +138,7 @@ if TYPE_CHECKING:
     from aiosubinterp._introspect import list_all as list_all
     from aiosubinterp._introspect import runtime_info as runtime_info
     from aiosubinterp._process.pool import ProcessPool as ProcessPool
+    from aiosubinterp._serve.main import serve as serve
     from aiosubinterp._version import __version__ as __version__
 
 

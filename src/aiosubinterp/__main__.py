@@ -1,6 +1,7 @@
-"""Command line: ``python -m aiosubinterp demo | bench | info | check | profile | --version``.
+"""Command line: ``python -m aiosubinterp demo | bench | info | check | profile | serve``.
 
-Parses the arguments and dispatches; the commands live in :mod:`aiosubinterp.demo`.
+Also ``--version``. Parses the arguments and dispatches; the commands live in
+:mod:`aiosubinterp.demo` (``serve`` in ``aiosubinterp._serve``).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 
 from aiosubinterp._version import __version__
@@ -26,6 +28,71 @@ def _contenders(value: str) -> list[str]:
             f"unknown contender(s) {', '.join(bad) or '(none)'}; choose from "
             f"{', '.join(CONTENDERS)}")
     return names
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve", help="serve an ASGI application from N interpreters of one process",
+        description="Serve an ASGI 3 application (module:attribute) from --workers "
+                    "interpreters of this one process: each imports the application, runs "
+                    "its own event loop and an HTTP/1.1 server (h11), and all accept from "
+                    "one listening socket. SIGTERM or Ctrl-C stops accepting and finishes "
+                    "the requests in flight. Exit code 0 once stopped, 1 if the "
+                    "application cannot be loaded, 3 if its lifespan startup failed.")
+    serve.add_argument("app", metavar="APP", help="the application, module:attribute")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="interpreters (default: the CPUs this process may use)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (8000; 0: any)")
+    serve.add_argument("--uds", default=None, help="bind this Unix domain socket instead")
+    serve.add_argument("--fd", type=int, default=None,
+                       help="serve from this bound socket's file descriptor instead")
+    serve.add_argument("--app-dir", default=".",
+                       help="folder put first on sys.path to import APP from (.)")
+    serve.add_argument("--factory", action="store_true",
+                       help="APP is a function without arguments that returns the application")
+    serve.add_argument("--root-path", default="", help="the ASGI root_path")
+    serve.add_argument("--lifespan", choices=("auto", "on", "off"), default="auto",
+                       help="run the ASGI lifespan protocol in every interpreter (auto)")
+    serve.add_argument("--log-level", default="info",
+                       choices=("critical", "error", "warning", "info", "debug", "trace"))
+    serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                       help="log one line per response (on)")
+    serve.add_argument("--timeout-keep-alive", type=float, default=5.0,
+                       help="seconds an idle keep-alive connection stays open (5)")
+    serve.add_argument("--timeout-graceful-shutdown", type=float, default=None,
+                       help="seconds the requests in flight get on SIGTERM/SIGINT "
+                            "(default: no limit)")
+    serve.add_argument("--limit-concurrency", type=int, default=None,
+                       help="requests at once per interpreter; more get 503")
+    serve.add_argument("--limit-max-requests", type=int, default=None,
+                       help="replace an interpreter after this many requests")
+    serve.add_argument("--timeout-worker-healthcheck", type=float, default=30.0,
+                       help="replace an interpreter whose event loop gave no sign of life "
+                            "for this many seconds (30)")
+    serve.add_argument("--backlog", type=int, default=2048, help="listen backlog (2048)")
+    serve.add_argument("--h11-max-incomplete-event-size", type=int, default=16 * 1024,
+                       help="largest request line and headers in bytes; larger get 431 (16384)")
+
+
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    problem = missing("serve", "h11")
+    if problem:
+        parser.error(f"serve needs h11; {problem}")
+    from aiosubinterp._serve.main import serve
+
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "app")}
+    try:
+        return serve(args.app, **options)
+    except (ValueError, TypeError) as exc:
+        # serve(name=...) in the function's messages is --name here.
+        parser.error(re.sub(r"serve\((\w+)=[^)]*\)", lambda m: "--" + m[1].replace("_", "-"),
+                            f"serve: {exc}"))
+    except OSError as exc:
+        print(f"serve: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        parser.error(f"serve: {exc}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     profile.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     profile.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                          help="arguments of the script")
+    _add_serve(sub)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(parser, args)
     if args.command == "profile":
         from aiosubinterp._engine.profiling import profile_script
 

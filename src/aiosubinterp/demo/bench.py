@@ -44,6 +44,9 @@ def _headline_of(summary: dict[str, Any], name: str) -> Headline | None:
     if "http" in summary:  # bench_http (wrk)
         return ("/ping p99 while /primes is loaded (wrk)", "ms", "lower",
                 {k: float(v["light_p99_ms"]) for k, v in summary["http"].items()})
+    if "requests_per_s" in summary:  # bench_serve (wrk)
+        return ("/plaintext requests per second (wrk)", "req/s", "higher",
+                summary["requests_per_s"])
     if "records_per_s" in summary:  # bench_logging
         return ("log records per second, kept by main's handler", "records/s", "higher",
                 summary["records_per_s"])

@@ -1,0 +1,1 @@
+"""serve: an ASGI application served from the interpreters of one process."""

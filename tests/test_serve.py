@@ -1,0 +1,673 @@
+"""``python -m aiosubinterp serve``: an ASGI app served from the interpreters of one process.
+
+Every server runs in a child process (the command itself, started with
+``--port 0``; the port is read from its "Serving ... on http://..." log line)
+and is called by real HTTP clients: an h11 client on plain sockets (keep-alive,
+pipelining, malformed requests), urllib, and aiohttp in the async test (on
+asyncio and uvloop). The applications are in ``tests/servefuncs.py``.
+Conditions are awaited through the server's log lines and files the
+application writes, each with a generous deadline as a backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import h11
+import pytest
+from httphelpers import free_port
+
+import aiosubinterp
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+DEADLINE = 30.0  # seconds any awaited condition may take: a backstop (a loaded machine)
+
+pytestmark = [
+    pytest.mark.timeout(4 * DEADLINE),
+    pytest.mark.skipif(sys.version_info < (3, 13), reason="serve needs CPython 3.13+"),
+]
+
+
+class Server:
+    """``python -m aiosubinterp serve APP ARGS`` in a child process, its output collected."""
+
+    def __init__(self, tmp_path, *args: str, app: str = "servefuncs:app",
+                 env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
+        cmd = [sys.executable, "-m", "aiosubinterp", "serve", app, "--app-dir", TESTS,
+               "--port", "0", *args]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT, **(env or {})},
+            pass_fds=pass_fds)
+        self.lines: list[str] = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.port = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.lines.append("")  # end of output
+            self.changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self.changed:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern: str, count: int = 1) -> list[str]:
+        """The first `count` output lines matching `pattern` (a regex), once there are so many."""
+        deadline = time.monotonic() + DEADLINE
+        with self.changed:
+            while True:
+                found = [line for line in self.lines if re.search(pattern, line)]
+                if len(found) >= count:
+                    return found[:count]
+                if self.lines and self.lines[-1] == "":
+                    pytest.fail(f"the server exited ({self.proc.wait()}) before printing "
+                                f"{pattern!r} x{count}:\n{''.join(self.lines)}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"no {pattern!r} x{count} within {DEADLINE} s:\n"
+                                f"{''.join(self.lines)}")
+                self.changed.wait(left)
+
+    def start(self) -> Server:
+        line = self.wait_for(r"Serving .* on http://")[0]
+        self.port = int(re.search(r"http://127\.0\.0\.1:(\d+)", line)[1])
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def exit_code(self) -> int:
+        try:
+            code = self.proc.wait(DEADLINE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server did not exit within {DEADLINE} s:\n{self.output}")
+        self.reader.join(DEADLINE)
+        return code
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.exit_code()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(DEADLINE)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def serving(tmp_path, *args: str, **kwargs):
+    server = Server(tmp_path, *args, **kwargs)
+    try:
+        yield server.start()
+    finally:
+        server.kill()
+
+
+class Client:
+    """An HTTP/1.1 client on one socket (h11): keep-alive, and raw bytes when needed."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, method: str, target: str, body: bytes = b"",
+             headers: list[tuple[str, str]] | None = None) -> None:
+        headers = [("host", "localhost"), *(headers or [])]
+        if body:
+            headers.append(("content-length", str(len(body))))
+        data = self.conn.send(h11.Request(method=method, target=target, headers=headers))
+        if body:
+            data += self.conn.send(h11.Data(data=body))
+        data += self.conn.send(h11.EndOfMessage())
+        self.sock.sendall(data)
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        status, headers, body = 0, {}, b""
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                self.conn.receive_data(self.sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                headers = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+                    self.conn.start_next_cycle()
+                return status, headers, body
+            else:
+                raise AssertionError(f"unexpected {event!r}")
+
+    def request(self, method: str, target: str, body: bytes = b"",
+                headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], bytes]:
+        self.send(method, target, body, headers)
+        return self.response()
+
+    def raw(self, data: bytes) -> bytes:
+        """Send bytes as they are; everything the server answers until it closes."""
+        self.sock.sendall(data)
+        received = b""
+        while chunk := self.sock.recv(65536):
+            received += chunk
+        return received
+
+    def closed_by_server(self) -> bool:
+        """Wait (up to the deadline) for the server to close this idle connection."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=DEADLINE) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def get_json(url: str) -> dict:
+    status, body = get(url)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def interpreters_answering(url: str, want: int = 2, bound: int = 50) -> set[int]:
+    """Interpreter ids that answered GET url/json until `want` were seen (`bound` rounds).
+
+    Each round opens 8 connections at once (whichever interpreter's loop
+    accepts each one answers it), then asks /json on each.
+    """
+    port = int(url.rsplit(":", 1)[1])
+    seen: set[int] = set()
+    for _ in range(bound):
+        clients = [Client(port) for _ in range(8)]
+        try:
+            for client in clients:
+                status, _, body = client.request("GET", "/json")
+                assert status == 200, body
+                answer = json.loads(body)
+                assert answer["started_in"] == answer["interpreter"]  # its own lifespan ran
+                seen.add(answer["interpreter"])
+        finally:
+            for client in clients:
+                client.close()
+        if len(seen) >= want:
+            break
+    return seen
+
+
+# -- serving -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server of 2 interpreters for the tests that do not stop or break it."""
+    with serving(tmp_path_factory.mktemp("serve"), "--workers", "2") as server:
+        yield server
+
+
+def test_plaintext_and_json_from_different_interpreters(server):
+    assert get(server.url + "/") == (200, b"Hello, world!")
+    seen = interpreters_answering(server.url)
+    assert len(seen) == 2 and 0 not in seen  # never the main interpreter
+    answer = get_json(server.url + "/json?x=1")
+    assert (answer["method"], answer["query"], answer["root_path"]) == ("GET", "x=1", "")
+    # Access lines of every interpreter reach main's logging (its stderr handler).
+    server.wait_for(r'INFO: 127\.0\.0\.1:\d+ - "GET /json\?x=1 HTTP/1\.1" 200')
+
+
+def test_keep_alive_and_pipelining(server):
+    client = Client(server.port)
+    try:
+        answers = [client.request("GET", "/json") for _ in range(3)]
+        assert [status for status, _, _ in answers] == [200] * 3
+        # One connection, one interpreter: its loop answers them all.
+        assert len({json.loads(body)["interpreter"] for _, _, body in answers}) == 1
+        assert answers[0][1]["content-type"] == "application/json"
+        assert "date" in answers[0][1]
+    finally:
+        client.close()
+    # Two requests sent at once (pipelined) are answered in order.
+    client = Client(server.port)
+    try:
+        answer = client.raw(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+                            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n"
+                            b"connection: close\r\n\r\nsecond")
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.count(b"HTTP/1.1 200 ") == 2
+    assert answer.index(b"Hello, world!") < answer.index(b"second")
+    assert answer.endswith(b"second")
+
+
+def test_streaming_and_request_bodies(server):
+    client = Client(server.port)
+    try:
+        status, headers, body = client.request("GET", "/stream?n=200")
+        assert status == 200 and headers["transfer-encoding"] == "chunked"
+        assert body == b"".join(b"chunk %d\n" % i for i in range(200))
+        big = os.urandom(3 * 1024 * 1024)  # beyond the server's read buffer: flow control
+        status, _, body = client.request("POST", "/echo", big)
+        assert status == 200 and body == big
+        status, headers, body = client.request("HEAD", "/")
+        assert (status, body, headers["content-length"]) == (200, b"", "13")
+    finally:
+        client.close()
+
+
+def test_a_client_that_half_closes_still_gets_its_response(server, tmp_path):
+    release = tmp_path / "release"
+    client = Client(server.port)
+    try:
+        client.sock.sendall(b"GET /slow?path=%s HTTP/1.1\r\nhost: x\r\n\r\n"
+                            % str(release).encode())
+        client.sock.shutdown(socket.SHUT_WR)  # EOF while the request runs
+        deadline = time.monotonic() + DEADLINE
+        while not (tmp_path / "release.started").exists():
+            assert time.monotonic() < deadline, server.output
+            time.sleep(0.02)
+        release.write_text("go")
+        answer = b""
+        while chunk := client.sock.recv(65536):
+            answer += chunk
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"slow done"), answer
+
+
+def test_the_head_goes_out_before_a_late_body(server, tmp_path):
+    release = tmp_path / "release"
+    client = Client(server.port)
+    try:
+        client.send("GET", f"/late?path={release}")
+        head = b""
+        while b"\r\n\r\n" not in head:  # the head arrives while the body waits
+            head += client.sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        release.write_text("go")
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        while not rest.endswith(b"0\r\n\r\n"):
+            rest += client.sock.recv(65536)
+        assert b"late body" in rest
+    finally:
+        client.close()
+
+
+def test_an_application_error_is_a_500_and_logged(server):
+    assert get(server.url + "/error")[0] == 500
+    server.wait_for(r"ERROR: Exception in ASGI application")
+    server.wait_for(r"RuntimeError: the application failed on purpose")
+    assert get(server.url + "/missing") == (404, b"not found")
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+    (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", 431),
+    (b"NOT HTTP AT ALL\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nbad header line\r\n\r\n", 400),
+], ids=["huge-header", "huge-request-line", "garbage", "bad-header"])
+def test_bad_requests_get_4xx_and_close(server, request_bytes, status):
+    client = Client(server.port)
+    try:
+        answer = client.raw(request_bytes)
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:200]
+    assert b"connection: close" in answer
+    assert get(server.url + "/") == (200, b"Hello, world!")  # the server goes on
+
+
+async def test_concurrent_clients(server):
+    # aiohttp: a pool of keep-alive connections, many requests at once (asyncio and uvloop).
+    import aiohttp
+
+    async with aiohttp.ClientSession(server.url) as session:
+        async def one(i):
+            async with session.get("/echo", data=b"%d" % i) as r:
+                return r.status, await r.read()
+
+        results = await asyncio.gather(*(one(i) for i in range(60)))
+    assert results == [(200, b"%d" % i) for i in range(60)]
+
+
+def test_starlette(tmp_path):
+    pytest.importorskip("starlette")
+    with serving(tmp_path, "--workers", "2", "--factory", app="servefuncs:make_starlette") as srv:
+        assert get(srv.url + "/") == (200, b"Hello, world!")
+        seen = interpreters_answering(srv.url)
+        assert len(seen) == 2
+        client = Client(srv.port)
+        try:
+            status, headers, body = client.request("GET", "/stream")
+            assert (status, body) == (200, b"line 0\nline 1\nline 2\n")
+            assert headers["transfer-encoding"] == "chunked"
+            assert client.request("GET", "/json")[0] == 200  # the same connection
+        finally:
+            client.close()
+        assert srv.stop(signal.SIGINT) == 0
+
+
+# -- stopping ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_finishes_the_requests_in_flight_and_exits_0(tmp_path, sig):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with serving(tmp_path, "--workers", "2", "--timeout-graceful-shutdown", "60",
+                 env={"SERVE_TEST_SHUTDOWN_DIR": str(markers)}) as srv:
+        seen = interpreters_answering(srv.url)
+        release = tmp_path / "release"
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/slow?path={release}")
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "release.started").exists():  # the request is in flight
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            srv.proc.send_signal(sig)
+            srv.wait_for(r"Stopped accepting connections")
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", srv.port), timeout=DEADLINE).close()
+            assert srv.proc.poll() is None  # still finishing the slow request
+            release.write_text("go")
+            status, headers, body = client.response()
+            assert (status, body) == (200, b"slow done")
+            assert headers["connection"] == "close"
+        finally:
+            client.close()
+        assert srv.exit_code() == 0, srv.output
+    # The lifespan shutdown ran in every interpreter.
+    assert {int(p.name.split("-")[1]) for p in markers.iterdir()} == seen
+    assert f"{signal.Signals(sig).name}: shutting down" in srv.output
+    assert "Traceback" not in srv.output, srv.output
+
+
+def test_graceful_shutdown_timeout_cancels_what_is_left(tmp_path):
+    with serving(tmp_path, "--workers", "1", "--timeout-graceful-shutdown", "0.5") as srv:
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/slow?path={tmp_path / 'never'}")
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "never.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            assert srv.stop() == 0, srv.output
+            assert client.closed_by_server()  # cut off, no response
+        finally:
+            client.close()
+    assert "Cancel 1 running request(s)" in srv.output
+    assert "Traceback" not in srv.output, srv.output
+
+
+def test_a_second_signal_cancels_the_requests_in_flight(tmp_path):
+    with serving(tmp_path, "--workers", "2") as srv:  # no graceful limit
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/slow?path={tmp_path / 'never'}")
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "never.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            srv.proc.send_signal(signal.SIGINT)
+            srv.wait_for(r"Stopped accepting connections")
+            assert srv.stop(signal.SIGINT) == 0, srv.output
+            assert client.closed_by_server()  # cut off, no response
+        finally:
+            client.close()
+    assert "SIGINT again: cancelling the requests in flight" in srv.output
+    assert "Traceback" not in srv.output, srv.output
+
+
+# -- options -----------------------------------------------------------------------
+
+
+def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
+    with serving(tmp_path, "--workers", "1", "--limit-concurrency", "1",
+                 "--timeout-keep-alive", "0.5", "--no-access-log", "--root-path", "/api") as srv:
+        release = tmp_path / "release"
+        slow = Client(srv.port)
+        try:
+            slow.send("GET", f"/slow?path={release}")
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "release.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            status, body = get(srv.url + "/")
+            assert (status, body) == (503, b"Service Unavailable")
+            release.write_text("go")
+            assert slow.response()[:1] == (200,)
+            # Idle after its response: the server closes it (--timeout-keep-alive).
+            assert slow.closed_by_server()
+        finally:
+            slow.close()
+        stalled = Client(srv.port)  # sends half a request head, then nothing
+        try:
+            stalled.sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            assert stalled.closed_by_server()
+        finally:
+            stalled.close()
+        answer = get_json(srv.url + "/json")
+        assert answer["root_path"] == "/api"
+        assert srv.stop() == 0
+    assert '"GET' not in srv.output  # --no-access-log
+
+
+def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = Server(tmp_path, "--workers", "1", "--fd", str(sock.fileno()),
+                        pass_fds=(sock.fileno(),))
+    try:
+        server.start()
+        assert server.port == port
+        assert get(server.url + "/") == (200, b"Hello, world!")
+        assert server.stop() == 0, server.output
+    finally:
+        server.kill()
+
+
+def test_log_level_warning_hides_info(tmp_path):
+    # No "Serving" line at this level: the test picks the port and waits for an answer.
+    port = free_port()
+    server = Server(tmp_path, "--workers", "1", "--log-level", "warning", "--port", str(port))
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                assert get(f"http://127.0.0.1:{port}/error")[0] == 500
+                break
+            except urllib.error.URLError:
+                assert time.monotonic() < deadline and server.proc.poll() is None, server.output
+                time.sleep(0.05)
+        server.wait_for(r"ERROR: Exception in ASGI application")
+        assert server.stop() == 0, server.output
+    finally:
+        server.kill()
+    assert "INFO" not in server.output, server.output
+
+
+def test_interpreters_are_replaced_after_max_requests_and_on_exit(tmp_path):
+    with serving(tmp_path, "--workers", "2", "--limit-max-requests", "3") as srv:
+        first = interpreters_answering(srv.url)
+        for _ in range(12):  # 2 interpreters x 3 requests, then more: some are replaced
+            assert get(srv.url + "/")[0] == 200
+        srv.wait_for(r"answered \d+ requests \(--limit-max-requests\); replacing it")
+        srv.wait_for(r"Interpreter \d+ serves in slot \d")
+        later = interpreters_answering(srv.url)
+        assert later - first, (first, later)  # fresh interpreters serve now
+        # An application that raises SystemExit: its interpreter is replaced too.
+        assert get(srv.url + "/exit")[0] == 500
+        srv.wait_for(r"raised SystemExit\(3\); replacing it")
+        for _ in range(5):
+            assert get(srv.url + "/")[0] == 200
+        assert srv.stop() == 0, srv.output
+
+
+def test_a_hung_interpreter_is_replaced(tmp_path):
+    release = tmp_path / "release"
+    with serving(tmp_path, "--workers", "2", "--timeout-worker-healthcheck", "1") as srv:
+        client = Client(srv.port)
+        try:
+            client.send("GET", f"/hang?path={release}")  # blocks its interpreter's loop
+            deadline = time.monotonic() + DEADLINE
+            while not (tmp_path / "release.started").exists():
+                assert time.monotonic() < deadline, srv.output
+                time.sleep(0.02)
+            srv.wait_for(r"slot \d sent no sign of life .* interrupting and replacing it")
+            srv.wait_for(r"Interpreter \d+ serves in slot \d")
+            for _ in range(5):
+                assert get(srv.url + "/") == (200, b"Hello, world!")
+            # Stopped while that interpreter still blocks: the process exits all the same.
+            assert srv.stop() == 0, srv.output
+            assert client.closed_by_server()
+        finally:
+            release.write_text("go")
+            client.close()
+    assert re.search(r"\d interpreter\(s\) still block their event loop", srv.output), srv.output
+
+
+def test_a_replacement_that_cannot_start_ends_the_server(tmp_path):
+    flag = tmp_path / "flag"
+    with serving(tmp_path, "--workers", "2", app="servefuncs:fails_once_flagged",
+                 env={"SERVE_TEST_FAIL_FLAG": str(flag)}) as srv:
+        assert get(srv.url + "/")[0] == 200
+        flag.write_text("fail from now on")
+        assert get(srv.url + "/exit")[0] == 500  # its interpreter is replaced...
+        assert srv.exit_code() == 3, srv.output  # ...by one whose startup fails
+    assert "lifespan startup failed: flagged" in srv.output
+    assert "Stopped accepting connections" in srv.output
+
+
+# -- bad input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("app", "code", "message"), [
+    ("no_such_module:app", 1, r"Could not import module 'no_such_module'"),
+    ("servefuncs:nothing", 1, r"Attribute 'nothing' not found in module 'servefuncs'"),
+    ("servefuncs:not_callable", 1, r"not_callable is not callable \(int\): not an ASGI app"),
+    ("servefuncs:failing_startup", 3, r"lifespan startup failed: no database here"),
+    ("servefuncs_broken:app", 1, r"Error loading the application"),
+], ids=["module", "attribute", "not-callable", "startup-failed", "import-raises"])
+def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, message):
+    (tmp_path / "servefuncs_broken.py").write_text("raise ImportError('broken on purpose')\n")
+    server = Server(tmp_path, "--workers", "2", "--app-dir", str(tmp_path), app=app,
+                    env={"PYTHONPATH": os.pathsep.join([ROOT, TESTS])})
+    try:
+        assert server.exit_code() == code, server.output
+    finally:
+        server.kill()
+    assert re.search(message, server.output), server.output
+    if app.startswith("servefuncs_broken"):
+        assert "ImportError: broken on purpose" in server.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["servefuncs"], "expected 'module:attribute'"),
+    (["servefuncs:app", "--workers", "0"], "--workers must be positive"),
+    (["servefuncs:app", "--timeout-keep-alive", "-1"], "--timeout-keep-alive must be positive"),
+    (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
+    (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
+])
+def test_bad_arguments_are_usage_errors(args, message):
+    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "serve", *args],
+                          capture_output=True, text=True, timeout=DEADLINE,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+
+
+def test_the_function_checks_its_arguments_before_starting():
+    with pytest.raises(TypeError, match="import path as a 'module:attribute' string"):
+        aiosubinterp.serve(test_the_function_checks_its_arguments_before_starting)
+    with pytest.raises(ValueError, match="choose from auto, on, off"):
+        aiosubinterp.serve("servefuncs:app", lifespan="maybe")
+    with pytest.raises(TypeError, match=r"expected an int, got 2\.5"):
+        aiosubinterp.serve("servefuncs:app", limit_max_requests=2.5)
+    with pytest.raises(ValueError, match="choose from critical"):
+        aiosubinterp.serve("servefuncs:app", log_level="loud")
+
+
+def test_on_3_12_it_says_which_python_it_needs(monkeypatch):
+    monkeypatch.setattr(sys, "version_info", (3, 12, 1, "final", 0))
+    with pytest.raises(RuntimeError, match=r"serve needs CPython 3\.13 or newer"):
+        aiosubinterp.serve("servefuncs:app")
+
+
+def test_the_function_serves_a_unix_socket(tmp_path):
+    path = tmp_path / "s.sock"
+    script = tmp_path / "child.py"
+    # The program's own logging configuration: serve() adds no handler, and the
+    # interpreters' records reach this one with their interpreter_id.
+    script.write_text(
+        "import aiosubinterp, logging, sys\n"
+        "class Show(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        where = getattr(record, 'interpreter_id', 'main')\n"
+        "        print(f'{record.name} interp={where} {record.getMessage()}', flush=True)\n"
+        "logging.basicConfig(level=logging.INFO, handlers=[Show()])\n"
+        f"sys.exit(aiosubinterp.serve('servefuncs:app', workers=1, uds={str(path)!r}, "
+        f"app_dir={TESTS!r}))\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Serving" in line:
+                break
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(DEADLINE)
+            sock.connect(str(path))
+            sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"Hello, world!")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert proc.returncode == 0, out
+    assert f"unix socket {path}" in line
+    assert line.startswith("aiosubinterp.serve interp=main Serving servefuncs:app")
+    assert re.search(r'aiosubinterp\.serve\.access interp=[1-9]\d* - - "GET / HTTP/1\.1" 200',
+                     out), out
+    assert not path.exists()  # removed at exit
