@@ -560,6 +560,10 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         elif running is not None and running.proc is not None:
             _admin.spawn(self._interrupt, running.proc, tid)
 
+    def _on_retired(self, serial: int) -> None:
+        """TaskOwner: a no-op here. A worker that reached max_tasks_per_worker is
+        stopped and replaced by its reader thread (_on_result); no hub reports it."""
+
     def _interrupt(self, proc: _Proc, tid: int) -> None:
         """KeyboardInterrupt in the task; after the grace period, kill and replace its process."""
         try:
