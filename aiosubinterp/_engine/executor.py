@@ -42,7 +42,6 @@ _PENDING = _base.PENDING
 _RUNNING = _base.RUNNING
 
 _RETIRED = _core.FLAG_RETIRED
-_CALL = _core.JOB_KIND_CALL
 _complete = _jobs.complete
 
 
@@ -108,12 +107,13 @@ class _ExecutorEngine(_Engine):
     Each interpreter first runs _executor_start.start, which names its
     thread (as ThreadPoolExecutor names its threads) and then runs the
     user's initializer. The executor and its completion thread use only the
-    public names below (a source rule keeps executor.py from reading
+    public names defined here (a source rule keeps executor.py from reading
     another object's private attributes).
     """
 
     _kind = "interpreter pool executor"
     _public_name = "InterpreterPoolExecutor"
+    _nested_calls = True
 
     def __init__(self, size: int, *, thread_name_prefix: str,
                  initializer: Callable[..., object] | None, **kwargs: Any) -> None:
@@ -123,6 +123,8 @@ class _ExecutorEngine(_Engine):
             _executor_start.start, (thread_name_prefix, self._init_payload), {})
         # Why the executor is broken, once _on_started logged it (ThreadPoolExecutor's _broken).
         self.broken_message: str | None = None
+        # The context_vars found at creation (their values cross with each call).
+        self.context = self._context
 
     @property
     def broken(self) -> BaseException | None:
@@ -148,16 +150,11 @@ class _ExecutorEngine(_Engine):
     def queue_closed(self) -> bool:
         return bool(self._queue.closed)
 
-    def call_payload(self, fn: object, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> tuple[object, ...]:
-        """fn(*args, **kwargs) as a job, with the context_vars' values (nested functions
-        that capture nothing cross as code)."""
-        return _jobs.call_payload(fn, args, kwargs, self._context, nested=True)
-
     def enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object,
                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Queue the call (the interpreter pool's enqueue step, _Engine._enqueue)."""
-        self._enqueue(tid, _CALL, payload, hub, fn, args, kwargs, nested=True)
+        """Queue the call; its completion goes to hub (every interpreter pool's one
+        enqueue step, _Engine._enqueue)."""
+        self._enqueue(tid, payload, hub, fn, args, kwargs)
 
     def start_workers(self) -> None:
         """Start the interpreters (on helper threads) unless they started already."""
@@ -542,7 +539,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         if type(fn) is functools.partial:
             fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
         engine = self._engine
-        payload = engine.call_payload(fn, args, kwargs)
+        payload = _jobs.call_payload(fn, args, kwargs, engine.context, nested=True)
         if self._shutdown or _global_shutdown or engine.broken is not None:
             self._check()
         owner = self._completions or self._start()

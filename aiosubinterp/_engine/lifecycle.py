@@ -19,7 +19,7 @@ What a backend provides (each called as its docstring below says):
     _fail_queued(exc)      fail every queued job with exc
     _interrupt_running()   aclose() was cancelled: interrupt what runs
     _counts()              (busy, running, queued, completed) for statistics()
-    submit(fn, ...)        queue a call; a Task (see _task.TaskOwner)
+    submit(fn, ...)        queue a call; a Task (see task.TaskOwner)
 """
 
 from __future__ import annotations

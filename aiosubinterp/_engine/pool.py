@@ -323,7 +323,7 @@ class _Engine(_lifecycle.Lifecycle):
         if self._profile is not None:
             kind, payload = self._profile.wrap(kind, payload)
         tid = _lifecycle.next_task_id()
-        self._enqueue(tid, kind, payload, hub.core, fn, args, kwargs)
+        self._enqueue(tid, payload, hub.core, fn, args, kwargs, kind)
         task = Task(loop, self, tid, name, hub)
         hub.pending[tid] = task
         if self._tasks is not None:
@@ -332,17 +332,21 @@ class _Engine(_lifecycle.Lifecycle):
             self._ensure_started()
         return task
 
-    def _enqueue(self, tid: int, kind: int, payload: object, hub: _core.Hub, fn: object = None,
+    # The executor's rule (aiosubinterp._inside.marshal.call_payload): a nested
+    # function that captures nothing crosses as its code; messages say so.
+    _nested_calls = False
+
+    def _enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object = None,
                  args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
-                 nested: bool = False) -> None:
+                 kind: int = _core.JOB_KIND_CALL) -> None:
         """Put job tid on the queue; its completion goes to hub. The one enqueue step of
         InterpreterPool, Interpreter and the InterpreterPoolExecutor.
 
         First sends the workers main's sys.path and output redirection when
         they changed. Raises what _check_open() raises if the pool closed
         meanwhile; if the job does not encode, what jobs.encode_error() says
-        (fn, args, kwargs, nested: the call, to name the part that cannot
-        cross; fn None: the source text of an exec).
+        (fn, args, kwargs: the call, to name the part that cannot cross; fn
+        None: the source text of an exec).
         """
         output = _jobs.output_bits(self._forward_logging)
         if output != self._output or (self._path is not None and sys.path != self._path):
@@ -354,7 +358,8 @@ class _Engine(_lifecycle.Lifecycle):
                 self._check_open()  # closed between the caller's check and now
                 raise
             # Otherwise encoding failed (perhaps a __reduce__ that raises RuntimeError).
-            error = _jobs.encode_error(exc, payload, fn, args, kwargs, nested=nested)
+            error = _jobs.encode_error(exc, payload, fn, args, kwargs,
+                                       nested=self._nested_calls)
             if error is exc:
                 raise
             raise error from exc
@@ -395,7 +400,8 @@ class _Engine(_lifecycle.Lifecycle):
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
         payload = _jobs.call_payload(fn, args, kwargs, self._context)
-        return self._submit(_core.JOB_KIND_CALL, payload, _name_of(fn), fn, args, kwargs)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__  # _name_of, inlined
+        return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
 
     # -- completions and cancellation (loop thread / helper threads) -----------
 
