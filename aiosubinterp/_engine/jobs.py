@@ -29,6 +29,7 @@ from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["JobFuture", "call_payload", "complete", "encode_error", "error_value", "output_bits"]
 
+_call_payload = _marshal.call_payload
 _OK = _core.STATUS_OK
 _ERROR = _core.STATUS_ERROR
 _LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
@@ -43,7 +44,10 @@ def call_payload(fn: object, args: tuple[Any, ...], kwargs: dict[str, Any],
     None when the pool has none). nested: the executor's rule, a nested
     function that captures nothing crosses as its code.
     """
-    payload = _marshal.call_payload(fn, args, kwargs, nested=nested)
+    if nested:
+        payload = _marshal.call_payload(fn, args, kwargs, nested=True)
+    else:
+        payload = _call_payload(fn, args, kwargs)  # the interpreter pools' every submit
     if context:
         payload = (*payload, _context.values(context))
     return payload

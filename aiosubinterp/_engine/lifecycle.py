@@ -45,13 +45,12 @@ from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
-_task_ids = itertools.count(1)
 _OUR_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 
-
-def next_task_id() -> int:
-    """A process-unique task id (every backend's tasks share one counter)."""
-    return next(_task_ids)
+# next_task_id(): a process-unique task id (every backend's tasks share one
+# counter). The counter's own __next__, with no Python frame around it: every
+# submit of every backend calls it.
+next_task_id: Callable[[], int] = itertools.count(1).__next__
 
 
 class PoolState(enum.StrEnum):

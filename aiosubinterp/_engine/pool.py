@@ -28,6 +28,8 @@ from aiosubinterp._introspect import InterpreterInfo
 __all__ = ["Interpreter", "InterpreterPool", "run"]
 
 _COROUTINES = coroutines_supported()  # fixed for the process: checked at every submit
+_call_payload = _jobs.call_payload   # module globals: read at every submit
+_output_bits = _jobs.output_bits
 # Coroutines one interpreter may run at once (each slot is a few bytes; the
 # bound catches a typo such as 10**6 before it allocates).
 _MAX_CONCURRENCY = 10_000
@@ -348,7 +350,7 @@ class _Engine(_lifecycle.Lifecycle):
         (fn, args, kwargs: the call, to name the part that cannot cross; fn
         None: the source text of an exec).
         """
-        output = _jobs.output_bits(self._forward_logging)
+        output = _output_bits(self._forward_logging)
         if output != self._output or (self._path is not None and sys.path != self._path):
             self._publish_settings(output)
         try:
@@ -399,8 +401,8 @@ class _Engine(_lifecycle.Lifecycle):
         """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
-        payload = _jobs.call_payload(fn, args, kwargs, self._context)
-        name = getattr(fn, "__qualname__", None) or type(fn).__name__  # _name_of, inlined
+        payload = _call_payload(fn, args, kwargs, self._context)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__  # _name_of(), inlined
         return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
 
     # -- completions and cancellation (loop thread / helper threads) -----------
