@@ -192,6 +192,22 @@ async def test_fallback_task_can_be_cancelled():
         assert await pool.run(procfuncs.numpy_total, 4) == 6
 
 
+async def test_cancelling_a_routed_task_interrupts_it_in_its_interpreter(pipe):
+    # fallback="process": a call of a module no extension refused runs in an
+    # interpreter behind the Task the caller holds; cancelling that Task
+    # interrupts the call where it runs.
+    r, w = pipe
+    async with asi.InterpreterPool(1, fallback="process") as pool:
+        task = pool.submit(workfuncs.signal_then_spin, w)
+        assert await read_byte(r) == b"s"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await read_byte(r) == b"k"  # its KeyboardInterrupt, in the interpreter
+        assert await pool.run(workfuncs.square, 7) == 49
+        assert pool.statistics()["replaced"] == 0
+
+
 def test_numpy_fallback_example_runs():
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "numpy_fallback.py")],
                           capture_output=True, text=True, timeout=120,

@@ -190,3 +190,34 @@ def test_modules_are_imported_under_their_own_names():
                 if alias not in (name, "_" + name):
                     wrong.append(f"{path.relative_to(package.parent)}:{lineno}: {name} as {alias}")
     assert not wrong, "\n".join(wrong)
+
+
+# CPython's private hooks the executor needs, each with why: nothing public does it.
+EXECUTOR_PRIVATE_READS = {
+    # Runs before non-daemon threads are joined and before atexit hooks, as
+    # concurrent.futures.thread's own exit wait does.
+    "threading._register_atexit",
+}
+
+
+def test_the_executor_reads_no_private_attribute_of_another_object():
+    # The executor drives the interpreter engine through the public names of
+    # its _ExecutorEngine (broken, closed_future, enqueue, withdraw, ...): it
+    # does not read `engine._state`, `task._x` and the like, so the engine's
+    # internals can change without the executor noticing only at run time.
+    import ast
+
+    path = EXT.parent / "aiosubinterp" / "_engine" / "executor.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if ast.unparse(node) not in EXECUTOR_PRIVATE_READS:
+            found.append(f"executor.py:{node.lineno}: {ast.unparse(node)}")
+    assert not found, (
+        "executor.py reads private attributes of other objects; give the object a public "
+        "name for what the executor needs (a property or method of _ExecutorEngine, the "
+        "executor's Future or _Completions) and use that:\n" + "\n".join(found))

@@ -201,6 +201,9 @@ class DaskPool:
         self._cancels.add(done)
         done.add_done_callback(self._cancel_done)
 
+    def _on_retired(self, serial: int) -> None:
+        """TaskOwner: a no-op here (the cluster manages its own workers)."""
+
     def _cancel_done(self, done: asyncio.Future[Any]) -> None:
         self._cancels.discard(done)
         if not done.cancelled():

@@ -17,7 +17,6 @@ import functools
 import itertools
 import os
 import select
-import sys
 import threading
 import time
 import weakref
@@ -26,13 +25,13 @@ from concurrent.futures import _base
 from typing import Any
 
 from aiosubinterp import _core, _timeouts
-from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import fallback as _fallback
 from aiosubinterp._engine import futures as _futures
 from aiosubinterp._engine import hub as _hub
+from aiosubinterp._engine import jobs as _jobs
 from aiosubinterp._engine import lifecycle as _lifecycle
-from aiosubinterp._engine import pool as _pool
-from aiosubinterp._errors import BrokenPoolError, ExecutionFailed, NotShareableError, rebuild
+from aiosubinterp._engine.pool import _Engine  # the interpreter engine this executor drives
+from aiosubinterp._errors import BrokenPoolError, rebuild
 from aiosubinterp._inside import chunks as _chunks
 from aiosubinterp._inside import executor_start as _executor_start
 from aiosubinterp._inside import marshal as _marshal
@@ -42,11 +41,8 @@ __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
 _PENDING = _base.PENDING
 _RUNNING = _base.RUNNING
 
-_OK = _core.STATUS_OK
-_ERROR = _core.STATUS_ERROR
-_LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
 _RETIRED = _core.FLAG_RETIRED
-_CALL = _core.JOB_KIND_CALL
+_complete = _jobs.complete
 
 
 def _stdlib_broken_pool() -> type:
@@ -96,8 +92,8 @@ except (AttributeError, RuntimeError):  # pragma: no cover - private API gone, o
     atexit.register(_python_exit)
 
 
-def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
-    broken = engine._broken
+def _broken_error(engine: _ExecutorEngine) -> BrokenInterpreterPool:
+    broken = engine.broken
     err = BrokenInterpreterPool(
         f"{broken}; this InterpreterPoolExecutor is not usable anymore: create a new one"
     )
@@ -105,16 +101,19 @@ def _broken_error(engine: _pool._Engine) -> BrokenInterpreterPool:
     return err
 
 
-class _ExecutorEngine(_pool._Engine):
-    """The engine, with a synchronous close for the exit hook.
+class _ExecutorEngine(_Engine):
+    """The engine, with a synchronous close for the exit hook, and what the executor uses of it.
 
     Each interpreter first runs _executor_start.start, which names its
     thread (as ThreadPoolExecutor names its threads) and then runs the
-    user's initializer.
+    user's initializer. The executor and its completion thread use only the
+    public names defined here (a source rule keeps executor.py from reading
+    another object's private attributes).
     """
 
     _kind = "interpreter pool executor"
     _public_name = "InterpreterPoolExecutor"
+    _nested_calls = True
 
     def __init__(self, size: int, *, thread_name_prefix: str,
                  initializer: Callable[..., object] | None, **kwargs: Any) -> None:
@@ -122,6 +121,53 @@ class _ExecutorEngine(_pool._Engine):
         super().__init__(size, initializer=_marshal.by_code(initializer) or initializer, **kwargs)
         self._init_payload = _marshal.call_payload(
             _executor_start.start, (thread_name_prefix, self._init_payload), {})
+        # Why the executor is broken, once _on_started logged it (ThreadPoolExecutor's _broken).
+        self.broken_message: str | None = None
+        # The context_vars found at creation (their values cross with each call).
+        self.context = self._context
+
+    @property
+    def broken(self) -> BaseException | None:
+        """The BrokenPoolError that broke the engine (its start failed, or it lost every
+        worker), or None."""
+        return self._broken
+
+    @property
+    def state(self) -> _lifecycle.PoolState:
+        return self._state
+
+    @property
+    def started_future(self) -> concurrent.futures.Future[Any]:
+        """Done once start-up settled: every worker ready, or the start failed."""
+        return self._started
+
+    @property
+    def closed_future(self) -> concurrent.futures.Future[Any]:
+        """Done once the engine closed: every completion has been posted."""
+        return self._closed
+
+    @property
+    def queue_closed(self) -> bool:
+        return bool(self._queue.closed)
+
+    def enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object,
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Queue the call; its completion goes to hub (every interpreter pool's one
+        enqueue step, _Engine._enqueue)."""
+        self._enqueue(tid, payload, hub, fn, args, kwargs)
+
+    def start_workers(self) -> None:
+        """Start the interpreters (on helper threads) unless they started already."""
+        self._ensure_started()
+
+    def withdraw(self, tid: int) -> bool:
+        """Take queued job tid off the queue; False if a worker took it (or it is gone)."""
+        code, _ = self._queue.cancel(tid)
+        return bool(code == _core.CANCEL_CODE_WITHDRAWN)
+
+    def worker_retired(self, serial: int) -> None:
+        """A completion said worker serial retired (max_tasks): replace it."""
+        self._on_retired(serial)
 
     def close_here(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
@@ -135,9 +181,9 @@ class _ExecutorEngine(_pool._Engine):
             self._shutdown()
 
 
-def _on_started(executor_ref: weakref.ref[Any], engine: _pool._Engine,
-                started: concurrent.futures.Future[Any]) -> None:
-    if started.exception() is None or engine._broken is None:
+def _on_started(engine: _ExecutorEngine, started: concurrent.futures.Future[Any]) -> None:
+    broken = engine.broken
+    if started.exception() is None or broken is None:
         return
     # Like ThreadPoolExecutor: the initializer's error is logged, then the
     # executor reads as broken (_broken), and it releases its completion
@@ -147,12 +193,10 @@ def _on_started(executor_ref: weakref.ref[Any], engine: _pool._Engine,
     # "Py_NewInterpreterFromConfig failed" was logged as a broken initializer
     # after shutdown(wait=False)).
     if not _global_shutdown:
-        cause = engine._broken.__cause__ or engine._broken
+        cause = broken.__cause__ or broken
         _LOGGER.critical("Exception in initializer (or a preload import) of an interpreter; "
                          "the InterpreterPoolExecutor is broken:", exc_info=cause)
-    executor = executor_ref()
-    if executor is not None:
-        executor._broken_message = str(_broken_error(engine))
+    engine.broken_message = str(_broken_error(engine))
     engine.close()
 
 
@@ -168,7 +212,6 @@ class _Completions:
 
     def __init__(self, engine: _ExecutorEngine) -> None:
         self.engine = engine
-        self.queue = engine._queue
         self.pending: dict[int, _futures.Future] = {}
         self.hub = _core.Hub(use_pipe=_hub.wakeup_mechanism() == "pipe")
         # The hub's fd says "completions"; this pipe says "the engine closed,
@@ -178,13 +221,16 @@ class _Completions:
         self.thread = threading.Thread(target=self._run, name="aiosubinterp-executor",
                                        daemon=True)
         self.thread.start()
-        engine._closed.add_done_callback(self._wake)
+        engine.closed_future.add_done_callback(self._wake)
         _live.add(self)
 
     def _wake(self, _: object = None) -> None:
         with self._wake_lock:
             if self._wake_w >= 0:
                 os.write(self._wake_w, b"\0")
+
+    def withdraw(self, tid: int) -> bool:
+        return self.engine.withdraw(tid)
 
     def is_running(self, tid: int) -> bool:
         # The process-wide registry, not engine._workers: a worker serves jobs
@@ -202,7 +248,7 @@ class _Completions:
 
     def _run(self) -> None:
         wait = self._wait()
-        closed = self.engine._closed
+        closed = self.engine.closed_future
         try:
             while True:
                 wait()  # releases the GIL while there is nothing to deliver
@@ -217,7 +263,7 @@ class _Completions:
             for fut in leftovers:
                 err = RuntimeError(
                     "the InterpreterPoolExecutor shut down before this call finished")
-                if self.engine._broken is not None:
+                if self.engine.broken is not None:
                     err = _broken_error(self.engine)
                 try:
                     fut.set_exception(err)
@@ -234,33 +280,22 @@ class _Completions:
         # which may submit to this executor or cancel other futures.
         pending = self.pending
         engine = self.engine
+        remote_error = self._remote_error
         for tid, status, flags, serial, value in completions:
             if flags & _RETIRED:
-                engine._on_retired(serial)
+                engine.worker_retired(serial)
             fut = pending.pop(tid, None)
             if fut is None:
                 continue
             try:
-                if status == _OK:
-                    fut.set_result(value)
-                elif status == _ERROR:
-                    fut.set_exception(self._remote_error(value))  # type: ignore[arg-type]
-                elif status == _LOCAL_ERROR:
-                    err = ExecutionFailed(
-                        "the call finished, but its result could not be rebuilt in this "
-                        f"interpreter: {type(value).__name__}: {value}"
-                    )
-                    err.__cause__ = value  # type: ignore[assignment]
-                    fut.set_exception(err)
-                else:
-                    fut._force_cancel()
+                _complete(fut, status, value, None, remote_error)
             except concurrent.futures.InvalidStateError:
                 pass  # cancelled through concurrent.futures.Future.cancel(fut) meanwhile
 
     def _remote_error(self, info: tuple[Any, ...]) -> BaseException:
         exc = rebuild(info)
         if (isinstance(exc, BrokenPoolError) and not isinstance(exc, BrokenInterpreterPool)
-                and self.engine._broken is not None):
+                and self.engine.broken is not None):
             # The engine failed the queued jobs with its own BrokenPoolError.
             return _broken_error(self.engine)
         return exc
@@ -438,11 +473,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         )
         self._lock = threading.Lock()
         self._shutdown = False
-        self._broken_message: str | None = None
         self._completions: _Completions | None = None
         self._worker_threads: frozenset[_WorkerThread] = frozenset()
-        self._engine._started.add_done_callback(
-            functools.partial(_on_started, weakref.ref(self), self._engine))
+        self._engine.started_future.add_done_callback(
+            functools.partial(_on_started, self._engine))
         # Dropped without shutdown(): finish the submitted calls, then destroy
         # the interpreters (the standard executors also wind down on collection).
         weakref.finalize(self, self._engine.close)
@@ -452,7 +486,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
     @property
     def _broken(self) -> str | bool:  # type: ignore[override]
         """False, or why the executor is broken (ThreadPoolExecutor's attribute)."""
-        return self._broken_message or False
+        return self._engine.broken_message or False
 
     @property
     def _threads(self) -> frozenset[_WorkerThread]:  # type: ignore[override]
@@ -471,7 +505,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
     # -- submitting --------------------------------------------------------------
 
     def _check(self) -> None:
-        if self._engine._broken is not None:
+        if self._engine.broken is not None:
             raise _broken_error(self._engine)
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
@@ -484,9 +518,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             if self._completions is None:
                 self._completions = _Completions(self._engine)
                 self._worker_threads = frozenset(
-                    _WorkerThread(f"{self._thread_name_prefix}_{i}", self._engine._closed)
+                    _WorkerThread(f"{self._thread_name_prefix}_{i}", self._engine.closed_future)
                     for i in range(self._max_workers))
-                self._engine._ensure_started()
+                self._engine.start_workers()
             return self._completions
 
     def submit(
@@ -504,17 +538,11 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         """
         if type(fn) is functools.partial:
             fn, args, kwargs = _without_context_run(fn, args, kwargs)  # type: ignore[assignment]
-        payload = _marshal.call_payload(fn, args, kwargs, nested=True)
         engine = self._engine
-        if engine._context:
-            payload = (*payload, _context.values(engine._context))
-        if self._shutdown or _global_shutdown or engine._broken is not None:
+        payload = _jobs.call_payload(fn, args, kwargs, engine.context, nested=True)
+        if self._shutdown or _global_shutdown or engine.broken is not None:
             self._check()
         owner = self._completions or self._start()
-        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
-                  if engine._forward_logging else 0)  # as in _Engine._submit
-        if output != engine._output or (engine._path is not None and sys.path != engine._path):
-            engine._publish_settings(output)
         tid = _lifecycle.next_task_id()
         # Fewer calls in flight than interpreters: one of them (idle, or
         # still starting) takes this call next; the queue is FIFO and the
@@ -528,21 +556,14 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         # Registered before it is queued: its completion may come at once.
         owner.pending[tid] = fut
         try:
-            owner.queue.submit(tid, _CALL, payload, owner.hub)
+            engine.enqueue(tid, payload, owner.hub, fn, args, kwargs)
         except BaseException as exc:
             owner.pending.pop(tid, None)
-            if isinstance(exc, RuntimeError) and owner.queue.closed:
+            if isinstance(exc, RuntimeError) and engine.queue_closed:
                 # shutdown() (or the engine breaking) closed the queue meanwhile.
                 self._check()
                 raise RuntimeError("cannot schedule new futures after shutdown") from None
-            if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
-                raise
-            if len(payload) > 4:
-                error = _context.explain(payload[4])
-                if error is not None:
-                    raise error from exc
-            raise _marshal.explain_unshareable(fn, args, kwargs, exc, nested=True) from exc
-        engine._submitted += 1
+            raise
         return fut
 
     def map(
@@ -637,7 +658,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 fut.cancel()
         self._engine.close()
         if wait:
-            self._engine._closed.exception()
+            self._engine.closed_future.exception()
             if owner is not None:
                 owner.join()
 
@@ -649,7 +670,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
 
     def __repr__(self) -> str:
         return (f"<aiosubinterp.InterpreterPoolExecutor max_workers={self._max_workers} "
-                f"{self._engine._state}>")
+                f"{self._engine.state}>")
 
     # ThreadPoolExecutor internals that must never run here.
     def _adjust_thread_count(self) -> None:  # pragma: no cover

@@ -120,6 +120,13 @@ def module_of(fn: object) -> str:
     return module
 
 
+class _RoutedTask(Task):
+    """The Task a routed call's caller awaits; ``inner`` is the Task that runs it now (in
+    an interpreter, then on a process if its module refused): cancel() cancels that one."""
+
+    inner: asyncio.Future[Any] | None = None
+
+
 class Fallback:
     """The process side of one InterpreterPool, and the modules sent there.
 
@@ -160,12 +167,12 @@ class Fallback:
             engine._check_open()
             return self.processes().submit(fn, *args, **kwargs)  # type: ignore[no-any-return]
         inner = engine._submit_here(fn, args, kwargs)
-        outer = Task(inner.get_loop(), self, inner.id, inner.name, None)
-        outer._inner = inner  # type: ignore[attr-defined]
+        outer = _RoutedTask(inner.get_loop(), self, inner.id, inner.name, None)
+        outer.inner = inner
         inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))
         return outer
 
-    def _settle(self, outer: Task, fn: Callable[..., object], args: tuple[Any, ...],
+    def _settle(self, outer: _RoutedTask, fn: Callable[..., object], args: tuple[Any, ...],
                 kwargs: dict[str, Any], module: str, inner: asyncio.Future[Any]) -> None:
         if outer.done():
             return
@@ -198,13 +205,17 @@ class Fallback:
         except BaseException as err:  # noqa: BLE001 - the awaiter gets it
             outer.set_exception(err)
             return
-        outer._inner = again  # type: ignore[attr-defined]
+        outer.inner = again
         again.add_done_callback(lambda done: None if outer.done() else _copy(done, outer))
 
     def _cancel_task(self, task: Task) -> None:
-        inner = getattr(task, "_inner", None)
+        inner = task.inner if isinstance(task, _RoutedTask) else None
         if inner is not None and not inner.done():
             inner.cancel()
+
+    def _on_retired(self, serial: int) -> None:
+        """TaskOwner: a no-op here. The router runs no workers: the interpreter pool and
+        the ProcessPool own the inner tasks, and their workers' retirements."""
 
     def close(self) -> None:
         """Close the process pool (if any): what was submitted to it still runs."""

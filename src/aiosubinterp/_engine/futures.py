@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import _base
 from typing import Any, Protocol
 
-from aiosubinterp import _core, _timeouts
+from aiosubinterp import _timeouts
 
 __all__ = ["Future"]
 
@@ -22,15 +22,16 @@ _RUNNING = _base.RUNNING
 _FINISHED = _base.FINISHED
 _CANCELLED = _base.CANCELLED
 _CANCELLED_AND_NOTIFIED = _base.CANCELLED_AND_NOTIFIED
-_WITHDRAWN = _core.CANCEL_CODE_WITHDRAWN
 _LOGGER = _base.LOGGER
 
 
 class FutureOwner(Protocol):
     """What a Future asks of the executor side that made it (executor._Completions)."""
 
-    queue: Any                      # the engine's _core.Queue: cancel(tid) withdraws
     pending: dict[int, Any]         # tid -> Future, still to be completed
+
+    def withdraw(self, tid: int) -> bool:
+        """Take the queued job off the queue; False if a worker took it."""
 
     def is_running(self, tid: int) -> bool: ...
 
@@ -159,8 +160,7 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
                 return True
             if state != _PENDING:
                 return False
-            code, _ = self._owner.queue.cancel(self._tid)
-            if code != _WITHDRAWN:
+            if not self._owner.withdraw(self._tid):
                 # A worker took it: it runs (or ran), as RUNNING in the stdlib's
                 # executors, which never cancel a started call either.
                 self._state = _RUNNING
@@ -186,8 +186,8 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
             waiter.add_cancelled(self)
         self._condition.notify_all()
 
-    def _force_cancel(self) -> None:
-        """The worker reported the call as interrupted (only at process exit)."""
+    def _set_cancelled_by_worker(self) -> None:
+        """The worker reported the call as interrupted (only at process exit; jobs.complete)."""
         with self._condition:
             if self._state not in (_PENDING, _RUNNING):
                 return

@@ -15,15 +15,29 @@ import asyncio
 import os
 import threading
 import weakref
+from typing import Any, Protocol
 
 from aiosubinterp import _core
+from aiosubinterp._engine.task import Task
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
-    from typing import Any
 
-__all__ = ["LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
+    from aiosubinterp._engine.lifecycle import Lifecycle
+
+__all__ = ["Completion", "LoopHub", "hub_for", "running_loop", "wakeup_mechanism"]
+
+_RETIRED = _core.FLAG_RETIRED
+
+
+class Completion(Protocol):
+    """What waits in a hub's ``pending``: a Task, or a channel operation (_core.ChannelOp)."""
+
+    def _deliver(self, status: int, value: object) -> None: ...
+
+    def cancel(self) -> Any: ...
+
 
 # loop -> weakref to its LoopHub. A running loop keeps its hub alive (the
 # add_reader callback), and the hub refers back to the loop (its shutdown
@@ -56,7 +70,7 @@ def _release(owned: _Owned) -> None:
     owned.core.close()
 
 
-def _close_orphan(pool: Any) -> None:
+def _close_orphan(pool: Lifecycle) -> None:
     pool._interrupt_running()  # nobody can receive these results any more
     pool.close()
 
@@ -88,7 +102,8 @@ class LoopHub:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.core = _core.Hub(use_pipe=wakeup_mechanism() == "pipe")
-        self.pending: dict[int, object] = {}
+        # Task ids and channel-op tokens (_core keeps the two ranges apart).
+        self.pending: dict[int, Completion] = {}
         self.closed = False
         self._loop_ref = weakref.ref(loop)
         self._owned = _Owned(self.core)
@@ -127,9 +142,9 @@ class LoopHub:
             task = pending.pop(tid, None)
             if task is None:
                 continue
-            task._deliver(status, value)  # type: ignore[attr-defined]
-            if flags & _core.FLAG_RETIRED:
-                task._owner._on_retired(serial)  # type: ignore[attr-defined]
+            task._deliver(status, value)
+            if flags & _RETIRED and isinstance(task, Task):
+                task._worker_retired(serial)  # the owner replaces the worker (TaskOwner)
 
     async def shutdown(self) -> None:
         if self.closed:
@@ -137,7 +152,7 @@ class LoopHub:
         # Nobody can receive these results once the loop is gone: withdraw or
         # interrupt them, so closing the default pool does not wait for them.
         for task in list(self.pending.values()):
-            task.cancel()  # type: ignore[attr-defined]
+            task.cancel()
         pool, self.default_pool = self.default_pool, None
         try:
             if pool is not None:

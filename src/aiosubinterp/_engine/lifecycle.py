@@ -20,7 +20,7 @@ What a backend provides (each called as its docstring below says):
     _interrupt_running()   aclose() was cancelled: interrupt what runs
     _counts()              (busy, running, queued, completed) for statistics()
     _listed()              how many workers are listed (started and serving)
-    submit(fn, ...)        queue a call; a Task (see _task.TaskOwner)
+    submit(fn, ...)        queue a call; a Task (see task.TaskOwner)
 
 A pool is running, and start() returns, once its FIRST worker is ready; that
 one starts alone, the others once it is ready, and they join as they come up
@@ -55,14 +55,13 @@ from aiosubinterp._inside import marshal as _marshal
 
 __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
-_task_ids = itertools.count(1)
 _OUR_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 _log = logging.getLogger("aiosubinterp")
 
-
-def next_task_id() -> int:
-    """A process-unique task id (every backend's tasks share one counter)."""
-    return next(_task_ids)
+# next_task_id(): a process-unique task id (every backend's tasks share one
+# counter). The counter's own __next__, with no Python frame around it: every
+# submit of every backend calls it.
+next_task_id: Callable[[], int] = itertools.count(1).__next__
 
 
 class PoolState(enum.StrEnum):

@@ -16,21 +16,20 @@ from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import copies as _copies
 from aiosubinterp._engine import fallback as _fallback
 from aiosubinterp._engine import hub as _hub
+from aiosubinterp._engine import jobs as _jobs
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine import profiling as _profiling
 from aiosubinterp._engine.task import Task
-from aiosubinterp._errors import (
-    NotShareableError,
-    rebuild,
-)
-from aiosubinterp._inside import marshal as _marshal
+from aiosubinterp._errors import rebuild
 from aiosubinterp._inside.worker import coroutine_refusal, coroutines_supported, describe_exception
 from aiosubinterp._introspect import InterpreterInfo
 
 __all__ = ["Interpreter", "InterpreterPool", "run"]
 
 _COROUTINES = coroutines_supported()  # fixed for the process: checked at every submit
+_call_payload = _jobs.call_payload   # module globals: read at every submit
+_output_bits = _jobs.output_bits
 # Coroutines one interpreter may run at once (each slot is a few bytes; the
 # bound catches a typo such as 10**6 before it allocates).
 _MAX_CONCURRENCY = 10_000
@@ -326,48 +325,50 @@ class _Engine(_lifecycle.Lifecycle):
         loop = _hub.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
         hub = _hub.hub_for(loop)
-        # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
-        # workers send what they write there (bit 1 stdout, bit 2 stderr).
-        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
-                  if self._forward_logging else 0)
-        if output != self._output or (self._path is not None and sys.path != self._path):
-            self._publish_settings(output)
         if self._profile is not None:
             kind, payload = self._profile.wrap(kind, payload)
         tid = _lifecycle.next_task_id()
-        try:
-            self._queue.submit(tid, kind, payload, hub.core)
-        except RuntimeError as exc:
-            if self._queue.closed:  # closed between the check above and now
-                self._check_open()
-                raise
-            # Otherwise encoding failed (a __reduce__ that raises RuntimeError).
-            raise self._unshareable(payload, fn, args, kwargs, exc) from exc
-        except (NotShareableError, MemoryError):
-            raise
-        except Exception as exc:
-            raise self._unshareable(payload, fn, args, kwargs, exc) from exc
+        self._enqueue(tid, payload, hub.core, fn, args, kwargs, kind)
         task = Task(loop, self, tid, name, hub)
         hub.pending[tid] = task
         if self._tasks is not None:
             self._tasks[tid] = task
-        self._submitted += 1
         if self._state is _lifecycle.PoolState.NEW:
             self._ensure_started()
         return task
 
-    @staticmethod
-    def _unshareable(payload: object, fn: object, args: tuple[Any, ...],
-                     kwargs: dict[str, Any] | None, exc: BaseException) -> NotShareableError:
-        """The error for a job that would not encode: name the part that cannot cross."""
-        if fn is None:
-            return NotShareableError(f"cannot send the source text to an interpreter: {exc}")
-        if type(payload) is tuple and len(payload) > 4:  # context values (see _submit_here)
-            found = _context.explain(payload[4])
-            if found is not None:
-                return found
-        error: NotShareableError = _marshal.explain_unshareable(fn, args, kwargs or {}, exc)
-        return error
+    # The executor's rule (aiosubinterp._inside.marshal.call_payload): a nested
+    # function that captures nothing crosses as its code; messages say so.
+    _nested_calls = False
+
+    def _enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object = None,
+                 args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
+                 kind: int = _core.JOB_KIND_CALL) -> None:
+        """Put job tid on the queue; its completion goes to hub. The one enqueue step of
+        InterpreterPool, Interpreter and the InterpreterPoolExecutor.
+
+        First sends the workers main's sys.path and output redirection when
+        they changed. Raises what _check_open() raises if the pool closed
+        meanwhile; if the job does not encode, what jobs.encode_error() says
+        (fn, args, kwargs: the call, to name the part that cannot cross; fn
+        None: the source text of an exec).
+        """
+        output = _output_bits(self._forward_logging)
+        if output != self._output or (self._path is not None and sys.path != self._path):
+            self._publish_settings(output)
+        try:
+            self._queue.submit(tid, kind, payload, hub)
+        except BaseException as exc:
+            if isinstance(exc, RuntimeError) and self._queue.closed:
+                self._check_open()  # closed between the caller's check and now
+                raise
+            # Otherwise encoding failed (perhaps a __reduce__ that raises RuntimeError).
+            error = _jobs.encode_error(exc, payload, fn, args, kwargs,
+                                       nested=self._nested_calls)
+            if error is exc:
+                raise
+            raise error from exc
+        self._submitted += 1
 
     def submit(self, fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Task:
         """Schedule fn(*args, **kwargs) in an interpreter; return its Task at once.
@@ -403,20 +404,19 @@ class _Engine(_lifecycle.Lifecycle):
         """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
-        payload = _marshal.call_payload(fn, args, kwargs)
-        if self._context:
-            payload = (*payload, _context.values(self._context))
-        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        payload = _call_payload(fn, args, kwargs, self._context)
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__  # _name_of(), inlined
         return self._submit(_core.JOB_KIND_CALL, payload, name, fn, args, kwargs)
 
     # -- completions and cancellation (loop thread / helper threads) -----------
 
     def _cancel_task(self, task: Task) -> None:
-        code, serial = self._queue.cancel(task._tid)
+        tid = task.id
+        code, serial = self._queue.cancel(tid)
         if code == _core.CANCEL_CODE_WITHDRAWN:
-            task._hub.pending.pop(task._tid, None)
+            task._hub.pending.pop(tid, None)
         elif code == _core.CANCEL_CODE_RUNNING:
-            _admin.spawn(self._interrupt, serial, task._tid)
+            _admin.spawn(self._interrupt, serial, tid)
 
     def _interrupt(self, serial: int, tid: int) -> None:
         # A worker serves jobs a moment before its starter lists it: wait

@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from aiosubinterp import _core
-from aiosubinterp._errors import ExecutionFailed, rebuild
+from aiosubinterp._engine import jobs as _jobs
 
 __all__ = ["Task", "TaskOwner"]
 
-_OK = _core.STATUS_OK
-_ERROR = _core.STATUS_ERROR
-_LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
+_complete = _jobs.complete
 
 
 class TaskOwner(Protocol):
@@ -23,16 +20,29 @@ class TaskOwner(Protocol):
     Task on the loop that submitted the call, and completes it on that loop's
     thread with ``Task._deliver(status, value)`` (status: one of
     ``_core.STATUS_*``; value: the result, a remote error description, or a
-    local exception). The Task calls the owner once, from its loop's thread:
+    local exception; aiosubinterp._engine.jobs.complete maps them). The Task
+    calls its owner, from its loop's thread, only through these methods, and
+    mypy checks that every owner has them:
 
     ``_cancel_task(task)``
         ``task.cancel()`` was called while the task was pending: withdraw the
         call if it is queued, interrupt it if it runs. It must not block and
         must not complete the task (the Task marks itself cancelled); a
         completion that arrives later is ignored.
+
+    ``_on_retired(serial)``
+        The worker that ran the task retired after it (max_tasks reached):
+        replace it. Called right after the task's completion by the loop's hub
+        (aiosubinterp._engine.hub), through ``Task._worker_retired``, for
+        tasks whose completion carries the worker's retirement: those of the
+        interpreter backends. Owners whose workers retire otherwise (ProcessPool's
+        reader threads, Dask's cluster) or that run no workers (the process
+        fallback's router) implement it as a no-op.
     """
 
     def _cancel_task(self, task: Task) -> None: ...
+
+    def _on_retired(self, serial: int) -> None: ...
 
 
 class Task(asyncio.Future[Any]):
@@ -80,19 +90,14 @@ class Task(asyncio.Future[Any]):
     def _deliver(self, status: int, value: object) -> None:
         if self.done():
             return
-        if status == _OK:
-            self.set_result(value)
-        elif status == _ERROR:
-            self.set_exception(rebuild(value))  # type: ignore[arg-type]
-        elif status == _LOCAL_ERROR:
-            err = ExecutionFailed(
-                f"the task {self._name!r} finished, but its result could not be rebuilt in this "
-                f"interpreter: {type(value).__name__}: {value}"
-            )
-            err.__cause__ = value  # type: ignore[assignment]
-            self.set_exception(err)
-        else:
-            super().cancel()
+        _complete(self, status, value, self._name)
+
+    def _set_cancelled_by_worker(self) -> None:
+        super().cancel()
+
+    def _worker_retired(self, serial: int) -> None:
+        """The completion said the worker that ran this task retired: tell the owner."""
+        self._owner._on_retired(serial)
 
     def __repr__(self) -> str:
         if self.cancelled():

@@ -22,11 +22,11 @@ from aiosubinterp import _core
 from aiosubinterp._engine import admin as _admin
 from aiosubinterp._engine import context as _context
 from aiosubinterp._engine import hub as _hub
+from aiosubinterp._engine import jobs as _jobs
 from aiosubinterp._engine import lifecycle as _lifecycle
 from aiosubinterp._engine import logs as _logs
 from aiosubinterp._engine.task import Task
 from aiosubinterp._errors import (
-    NotShareableError,
     PoolClosedError,
     WorkerCrashedError,
     rebuild,
@@ -121,10 +121,6 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
-
-
-def _error_info(exc: BaseException) -> tuple[Any, ...]:
-    return (f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc), "", exc)
 
 
 class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
@@ -345,30 +341,22 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         """
         loop = _hub.running_loop("ProcessPool.submit()")
         self._check_open()
-        payload = _marshal.call_payload(fn, args, kwargs)
-        if self._context:
-            payload = (*payload, _context.values(self._context))
+        payload = _jobs.call_payload(fn, args, kwargs, self._context)
         keys: list[int] = []
         try:
             body, fds = _wire.encode(payload, lambda end: self._share_end(end, keys))
         except BaseException as exc:
             for key in keys:
                 self._close_key(key)
-            if isinstance(exc, (NotShareableError, MemoryError)) or not isinstance(exc, Exception):
+            error = _jobs.encode_error(exc, payload, fn, args, kwargs)
+            if error is exc:
                 raise
-            if len(payload) > 4:
-                found = _context.explain(payload[4])
-                if found is not None:
-                    raise found from exc
-            raise _marshal.explain_unshareable(fn, args, kwargs, exc) from exc
+            raise error from exc
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         tid = _lifecycle.next_task_id()
         task = Task(loop, self, tid, name, None)
         job = _Job(tid, body, fds, keys, task, loop)
-        # Main's stdout/stderr replaced (redirect_stdout, capsys, ipykernel): the
-        # workers send what they write there (bit 1 stdout, bit 2 stderr).
-        output = ((sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
-                  if self._log_sink is not None else 0)
+        output = _jobs.output_bits(self._log_sink is not None)
         if sys.path != self._path or output != self._output:
             self._new_settings(output)
         with self._lock:
@@ -452,7 +440,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
             self._changed.notify_all()
         for job in jobs:
             self._drop(job)
-            self._deliver(job, _core.STATUS_ERROR, _error_info(exc))
+            self._deliver(job, _core.STATUS_ERROR, _jobs.error_value(exc))
 
     def _deliver(self, job: _Job, status: int, value: object) -> None:
         try:
@@ -536,7 +524,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
                 f"exited with {_exit_text(code)} before the task finished (os._exit, a signal, "
                 "or a crash in C code); the pool started a new worker in its place"
             )
-            self._deliver(job, _core.STATUS_ERROR, _error_info(err))
+            self._deliver(job, _core.STATUS_ERROR, _jobs.error_value(err))
         if listed:
             with self._lock:
                 self._replaced += 1
@@ -562,14 +550,19 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
     # -- cancellation ---------------------------------------------------------------
 
     def _cancel_task(self, task: Task) -> None:
+        tid = task.id
         with self._lock:
-            job = self._queued.pop(task._tid, None)
-            running = None if job is not None else self._running.get(task._tid)
+            job = self._queued.pop(tid, None)
+            running = None if job is not None else self._running.get(tid)
             self._changed.notify_all()
         if job is not None:
             self._drop(job)  # withdrawn: it never runs
         elif running is not None and running.proc is not None:
-            _admin.spawn(self._interrupt, running.proc, task._tid)
+            _admin.spawn(self._interrupt, running.proc, tid)
+
+    def _on_retired(self, serial: int) -> None:
+        """TaskOwner: a no-op here. A worker that reached max_tasks_per_worker is
+        stopped and replaced by its reader thread (_on_result); no hub reports it."""
 
     def _interrupt(self, proc: _Proc, tid: int) -> None:
         """KeyboardInterrupt in the task; after the grace period, kill and replace its process."""
