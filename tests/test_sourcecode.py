@@ -207,7 +207,7 @@ def test_the_executor_reads_no_private_attribute_of_another_object():
     # internals can change without the executor noticing only at run time.
     import ast
 
-    path = EXT.parent / "aiosubinterp" / "_engine" / "executor.py"
+    path = EXT.parent / "src" / "aiosubinterp" / "_engine" / "executor.py"
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
