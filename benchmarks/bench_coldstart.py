@@ -9,7 +9,7 @@ the parts:
   aiosubinterp (``async with InterpreterPool(size=2)``, then ``await pool.run``;
   ``async with`` returns once the first worker is ready, the second joins
   later, off the clock's path):
-    admin thread   clock start -> a starter thread runs ``_Engine._start_one``
+    admin thread   clock start -> a starter thread runs ``_InterpreterBackend._start_one``
                    (the first of the two workers)
     create         -> the worker's bootstrap starts running on its new thread:
                    waiting for the creation lock, ``Py_NewInterpreterFromConfig``
@@ -37,7 +37,7 @@ the parts:
 
 To see the bootstrap's parts, the aiosubinterp contender runs the pool's own
 bootstrap source with timestamp lines added (they write to a pipe) and wraps
-``_Engine._start_one`` / ``_new_worker``; nothing else changes.
+``_InterpreterBackend._start_one`` / ``_new_worker``; nothing else changes.
 
 Measure an installed project (a wheel, ``pip install .``) or compile the
 package's ``.pyc`` files first (``python -m compileall aiosubinterp``): with
@@ -109,8 +109,8 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
 
     real_bootstrap = _pool._BOOTSTRAP
     boot_source = _instrumented_bootstrap(real_bootstrap, wfd)
-    real_start_one = _pool._Engine._start_one
-    real_new_worker = _pool._Engine._new_worker
+    real_start_one = _pool._InterpreterBackend._start_one
+    real_new_worker = _pool._InterpreterBackend._new_worker
 
     def start_one(self):  # type: ignore[no-untyped-def]
         mark("start_one")
@@ -123,8 +123,8 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
         return out
 
     _pool._BOOTSTRAP = boot_source
-    _pool._Engine._start_one = start_one  # type: ignore[method-assign]
-    _pool._Engine._new_worker = new_worker  # type: ignore[method-assign]
+    _pool._InterpreterBackend._start_one = start_one  # type: ignore[method-assign]
+    _pool._InterpreterBackend._new_worker = new_worker  # type: ignore[method-assign]
 
     async def body() -> dict[str, Any]:
         await asyncio.sleep(0)

@@ -89,7 +89,7 @@ async def test_error_before_an_interpreter_exists_breaks_the_pool(monkeypatch):
     def no_bootstrap(self):
         raise MemoryError("no memory for the bootstrap")
 
-    monkeypatch.setattr(_pool._Engine, "_bootstrap", no_bootstrap)
+    monkeypatch.setattr(_pool._InterpreterBackend, "_bootstrap", no_bootstrap)
     pool = asi.InterpreterPool(2)
     task = pool.submit(workfuncs.square, 3)
     with pytest.raises(asi.BrokenPoolError, match="no memory for the bootstrap") as info:

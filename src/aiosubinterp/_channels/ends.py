@@ -217,7 +217,7 @@ class EndBase:
     """What every channel end does the same way, whatever carries its operations.
 
     The ends of this process (_End: the compiled ChannelEnd) and the proxies
-    in a ProcessPool worker (aiosubinterp._process.channels) derive from it.
+    in a ProcessPool worker (aiosubinterp._process.proxies) derive from it.
     A subclass provides close(), ``closed``, ``_channel_id``, ``_clone()``
     (a new end of the same kind, or None when this one is closed) and
     ``_stats()`` (the six counts of statistics(), or None when closed).

@@ -30,7 +30,9 @@ from aiosubinterp._engine import futures as _futures
 from aiosubinterp._engine import hub as _hub
 from aiosubinterp._engine import jobs as _jobs
 from aiosubinterp._engine import lifecycle as _lifecycle
-from aiosubinterp._engine.pool import _Engine  # the interpreter engine this executor drives
+from aiosubinterp._engine.pool import (
+    _InterpreterBackend,  # the interpreter engine this executor drives
+)
 from aiosubinterp._errors import BrokenPoolError, rebuild
 from aiosubinterp._inside import chunks as _chunks
 from aiosubinterp._inside import executor_start as _executor_start
@@ -77,7 +79,7 @@ def _python_exit() -> None:
     global _global_shutdown
     _global_shutdown = True
     for completions in list(_live):
-        completions.engine.close_here()
+        completions.engine.close_and_wait()
         completions.join()  # the done-callbacks of the last calls run too
 
 
@@ -101,7 +103,7 @@ def _broken_error(engine: _ExecutorEngine) -> BrokenInterpreterPool:
     return err
 
 
-class _ExecutorEngine(_Engine):
+class _ExecutorEngine(_InterpreterBackend):
     """The engine, with a synchronous close for the exit hook, and what the executor uses of it.
 
     Each interpreter first runs _executor_start.start, which names its
@@ -153,7 +155,7 @@ class _ExecutorEngine(_Engine):
     def enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object,
                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Queue the call; its completion goes to hub (every interpreter pool's one
-        enqueue step, _Engine._enqueue)."""
+        enqueue step, _InterpreterBackend._enqueue)."""
         self._enqueue(tid, payload, hub, fn, args, kwargs)
 
     def start_workers(self) -> None:
@@ -169,7 +171,7 @@ class _ExecutorEngine(_Engine):
         """A completion said worker serial retired (max_tasks): replace it."""
         self._on_retired(serial)
 
-    def close_here(self) -> None:
+    def close_and_wait(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
         state = self._begin_close()
         if state is None:

@@ -160,13 +160,13 @@ class Fallback:
                 self._processes = ProcessPool(self._size, **self._options)  # type: ignore[arg-type]
             return self._processes
 
-    def submit(self, engine: _pool._Engine, fn: Callable[..., object], args: tuple[Any, ...],
+    def submit(self, engine: _pool._InterpreterBackend, fn: Callable[..., object], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> Task:
         module = module_of(fn)
         if module in self._modules:
             engine._check_open()
             return self.processes().submit(fn, *args, **kwargs)  # type: ignore[no-any-return]
-        inner = engine._submit_here(fn, args, kwargs)
+        inner = engine._submit_to_interpreters(fn, args, kwargs)
         outer = _RoutedTask(inner.get_loop(), self, inner.id, inner.name, None)
         outer.inner = inner
         inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))

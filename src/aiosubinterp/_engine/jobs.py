@@ -12,7 +12,7 @@ cannot cross, and complete the caller's future with these functions:
     error_value(exc)                           a local failure as a job's STATUS_ERROR value
 
 The interpreter backends put the job on their C queue with
-``_Engine._enqueue`` (aiosubinterp._engine.pool); ProcessPool writes it to a
+``_InterpreterBackend._enqueue`` (aiosubinterp._engine.pool); ProcessPool writes it to a
 worker process (aiosubinterp._process.pool).
 """
 

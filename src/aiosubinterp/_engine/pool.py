@@ -67,7 +67,7 @@ def _spin_seconds() -> float:
     return value * 1e-6
 
 
-class _Engine(_lifecycle.Lifecycle):
+class _InterpreterBackend(_lifecycle.Lifecycle):
     """Interpreters serving one job queue. Base of InterpreterPool, Interpreter and
     the InterpreterPoolExecutor's engine.
 
@@ -378,7 +378,7 @@ class _Engine(_lifecycle.Lifecycle):
         and so do the values of the ``context_vars`` set in the caller's context.
         Raises NotShareableError here, before anything is queued, if they cannot.
         """
-        return self._submit_here(fn, args, kwargs)
+        return self._submit_to_interpreters(fn, args, kwargs)
 
     def profile(self) -> _profiling.Profile:
         """Profile the tasks that run in this pool's interpreters, from now until it closes.
@@ -399,7 +399,7 @@ class _Engine(_lifecycle.Lifecycle):
         self._check_open()
         return _profiling.start(self)
 
-    def _submit_here(self, fn: Callable[..., object], args: tuple[Any, ...],
+    def _submit_to_interpreters(self, fn: Callable[..., object], args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Task:
         """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
         if not _COROUTINES and _is_coroutine_function(fn):
@@ -522,7 +522,7 @@ class _Engine(_lifecycle.Lifecycle):
         if alone and error is not None:
             self._break(error)
 
-class InterpreterPool(_Engine):
+class InterpreterPool(_InterpreterBackend):
     """A pool of interpreters, each with its own GIL and its own OS thread.
 
     Args:
@@ -669,7 +669,7 @@ class InterpreterPool(_Engine):
         """
         if self._fallback is not None:
             return self._fallback.submit(self, fn, args, kwargs)
-        return self._submit_here(fn, args, kwargs)
+        return self._submit_to_interpreters(fn, args, kwargs)
 
     async def aclose(self) -> None:
         """Close and wait until every interpreter (and fallback process) is gone.
@@ -684,7 +684,7 @@ class InterpreterPool(_Engine):
     # -- end of fallback hooks -------------------------------------------------------
 
 
-class Interpreter(_Engine):
+class Interpreter(_InterpreterBackend):
     """One interpreter with its own GIL, and the OS thread that runs its tasks.
 
     State persists between calls (module globals, ``exec`` namespace): use it

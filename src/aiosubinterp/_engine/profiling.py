@@ -1,7 +1,7 @@
 """Profiling the work done in worker interpreters: the caller's side.
 
 ``pool.profile()`` makes a Profile and hangs it on the pool's engine; while it
-is there, _Engine._submit hands every job to Profile.wrap(), which turns it
+is there, _InterpreterBackend._submit hands every job to Profile.wrap(), which turns it
 into a call of aiosubinterp._inside.profiling.run_profiled with the original
 job and a send end of the profile's channel. Each interpreter measures itself
 with cProfile around the job and sends the job's statistics back as bytes

@@ -32,7 +32,7 @@ from aiosubinterp._errors import (
     rebuild,
 )
 from aiosubinterp._inside import marshal as _marshal
-from aiosubinterp._process import ends as _ends
+from aiosubinterp._process import endservice as _endservice
 from aiosubinterp._process import wire as _wire
 from aiosubinterp._process.wire import (
     ABORT,
@@ -123,7 +123,7 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
+class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
     """A pool of worker processes with InterpreterPool's API.
 
     For code that cannot run in a subinterpreter: extension modules that
@@ -203,7 +203,7 @@ class ProcessPool(_ends.EndService, _lifecycle.Lifecycle):
         if forward_logging:
             _logs.drain_at_exit(self)
         self._output = 0  # the output bits the workers were last given (see submit)
-        self._init_ends()  # channel ends held for worker processes (_process.ends)
+        self._init_ends()  # channel ends held for worker processes (_process.endservice)
 
     def _setup(self) -> tuple[Any, ...]:
         """The lifecycle's setup, plus main's log levels now (None: no forwarding)."""

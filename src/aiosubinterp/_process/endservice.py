@@ -1,7 +1,7 @@
 """Channel ends on behalf of worker processes: ProcessPool's end service.
 
 A channel end sent to a worker process stays here; the worker gets a proxy
-(aiosubinterp._process.channels) whose operations come back as REQUEST
+(aiosubinterp._process.proxies) whose operations come back as REQUEST
 frames. This mixin keeps those ends, answers the requests (waiting ones on a
 loop thread of its own) and drops the ends when the worker no longer holds
 them. ProcessPool provides ``_lock`` and calls ``_init_ends()``.
@@ -62,10 +62,10 @@ class EndService:
                 keys.add(key)
             else:
                 keys.append(key)
-        from aiosubinterp._process import channels as _channels
+        from aiosubinterp._process import proxies as _proxies
 
         kind = "send" if isinstance(end, _send_type()) else "recv"
-        return _channels.adopt, (key, kind, end._channel_id)
+        return _proxies.adopt, (key, kind, end._channel_id)
 
     def _end_for(self, proc: _Proc) -> Callable[[int], object]:
         def resolve(key: int) -> object:
