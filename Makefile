@@ -11,7 +11,8 @@
 #   make bench      run every benchmarks/bench_*.py on $(PY) (default 3.13);
 #                   a version not found here runs in the Debian root
 #                   (make bench PY=3.14), as does WHERE=chroot (PY=3.13)
-#   make lint       ruff over the repository and mypy (strict) over the package,
+#   make lint       ruff (lint, and the format checked) over the repository and
+#                   mypy (strict) over the package,
 #                   on $(LINT_PYTHON); `make test` runs it first
 #   make dist       the sdist and binary wheels (CPython 3.12, 3.13, 3.13t here;
 #                   3.14, 3.15 in the Debian root) into ./dist/, repaired by
@@ -173,6 +174,7 @@ test: lint
 # packages (the venv of $(LINT_PYTHON); the extension is not needed).
 lint: .venv-$(LINT_PYTHON)/.lint.stamp
 	.venv-$(LINT_PYTHON)/bin/ruff check .
+	.venv-$(LINT_PYTHON)/bin/ruff format --check .
 	.venv-$(LINT_PYTHON)/bin/mypy
 
 .venv-%/.lint.stamp: .venv-%/.deps.stamp

@@ -83,11 +83,15 @@ extensions = [
 # two lookups below get the bounds check they lack; a Cython that generates
 # different code is left alone and reported.
 _LOOKUP_FIXES = (
-    ("        if (found && found->id == interpreter_id) {",
-     "        if (found && found < data->table + data->count && found->id == interpreter_id) {"),
-    ("        if (lower_bound->id != interpreter_id) goto done;",
-     "        if (lower_bound >= data->table + data->count || lower_bound->id != interpreter_id) "
-     "goto done;"),
+    (
+        "        if (found && found->id == interpreter_id) {",
+        "        if (found && found < data->table + data->count && found->id == interpreter_id) {",
+    ),
+    (
+        "        if (lower_bound->id != interpreter_id) goto done;",
+        "        if (lower_bound >= data->table + data->count || lower_bound->id != interpreter_id) "  # noqa: E501
+        "goto done;",
+    ),
 )
 
 
@@ -99,9 +103,11 @@ def _bound_module_state_lookup(c_path: str) -> None:
         if after in changed:
             continue
         if changed.count(before) != 1:
-            print(f"setup.py: WARNING: {c_path} does not have Cython's module state lookup as "
-                  "expected; its out-of-bounds read is not fixed (see _LOOKUP_FIXES)",
-                  file=sys.stderr)
+            print(
+                f"setup.py: WARNING: {c_path} does not have Cython's module state lookup as "
+                "expected; its out-of-bounds read is not fixed (see _LOOKUP_FIXES)",
+                file=sys.stderr,
+            )
             return
         changed = changed.replace(before, after)
     if changed != source:

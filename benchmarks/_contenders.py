@@ -89,8 +89,10 @@ def _needs_stdlib_module(module: str, attr: str | None = None) -> Callable[[], s
         except ImportError:
             mod = None
         if mod is None or (attr is not None and not hasattr(mod, attr)):
-            return (f"{what} is not in the standard library of Python "
-                    f"{platform.python_version()} (it is new in 3.14)")
+            return (
+                f"{what} is not in the standard library of Python "
+                f"{platform.python_version()} (it is new in 3.14)"
+            )
         return None
 
     return reason
@@ -100,11 +102,15 @@ def _needs_aiointerpreters() -> str | None:
     import importlib.util
 
     if sys.version_info < (3, 14):
-        return (f"aiointerpreters needs Python 3.14+ (concurrent.interpreters); this is "
-                f"{platform.python_version()}")
+        return (
+            f"aiointerpreters needs Python 3.14+ (concurrent.interpreters); this is "
+            f"{platform.python_version()}"
+        )
     if importlib.util.find_spec("aiointerpreters") is None:
-        return (f"aiointerpreters is not installed for {sys.executable} "
-                "(pip install -e '.[bench]' installs it on 3.14+)")
+        return (
+            f"aiointerpreters is not installed for {sys.executable} "
+            "(pip install -e '.[bench]' installs it on 3.14+)"
+        )
     return None
 
 
@@ -112,11 +118,15 @@ def _needs_pep734_backport() -> str | None:
     import importlib.util
 
     if sys.version_info >= (3, 14):
-        return ("interpreters-pep-734 backports 3.14's executor to 3.13 and fails on "
-                f"{platform.python_version()}; the stdlib-executor row is 3.14's own")
+        return (
+            "interpreters-pep-734 backports 3.14's executor to 3.13 and fails on "
+            f"{platform.python_version()}; the stdlib-executor row is 3.14's own"
+        )
     if importlib.util.find_spec("interpreters_backport") is None:
-        return (f"interpreters-pep-734 is not installed for {sys.executable} "
-                "(pip install -e '.[bench]' installs it on 3.13)")
+        return (
+            f"interpreters-pep-734 is not installed for {sys.executable} "
+            "(pip install -e '.[bench]' installs it on 3.13)"
+        )
     return None
 
 
@@ -153,8 +163,9 @@ def needs_anyio_runner(kind: str) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
-                      preload: Sequence[str] = (), warm: bool = True) -> AsyncIterator[Runner]:
+async def open_runner(
+    kind: str, loop: str, *, workers: int = WORKERS, preload: Sequence[str] = (), warm: bool = True
+) -> AsyncIterator[Runner]:
     """Start `workers` workers of the given kind; with warm=True, make each run one task first."""
     async with _start(kind, loop, workers, tuple(preload)) as runner:
         if warm:
@@ -162,8 +173,9 @@ async def open_runner(kind: str, loop: str, *, workers: int = WORKERS,
         yield runner
 
 
-def _executor(kind: str, workers: int, preload: tuple[str, ...]
-              ) -> tuple[Any, Callable[..., Any] | None, str, Callable[[], None]]:
+def _executor(
+    kind: str, workers: int, preload: tuple[str, ...]
+) -> tuple[Any, Callable[..., Any] | None, str, Callable[[], None]]:
     """A concurrent.futures contender: (executor, wrapper of each call or None, info, cleanup)."""
     import concurrent.futures
 
@@ -174,21 +186,33 @@ def _executor(kind: str, workers: int, preload: tuple[str, ...]
         return executor, None, f"InterpreterPoolExecutor({workers})", lambda: None
     if kind == "threadpool":
         # Plain threads, the free-threaded build's own answer.
-        return (concurrent.futures.ThreadPoolExecutor(max_workers=workers), None,
-                f"concurrent.futures.ThreadPoolExecutor({workers})", lambda: None)
+        return (
+            concurrent.futures.ThreadPoolExecutor(max_workers=workers),
+            None,
+            f"concurrent.futures.ThreadPoolExecutor({workers})",
+            lambda: None,
+        )
     if kind == "pep734-executor":
         # interpreters-pep-734 (PyPI), the backport of CPython 3.14's
         # InterpreterPoolExecutor: threads that each drive an interpreter.
         from interpreters_backport.concurrent.futures import InterpreterPoolExecutor
 
-        return (InterpreterPoolExecutor(max_workers=workers), None,
-                f"interpreters-pep-734 {package_version('interpreters-pep-734')} "
-                f"InterpreterPoolExecutor({workers})", lambda: None)
+        return (
+            InterpreterPoolExecutor(max_workers=workers),
+            None,
+            f"interpreters-pep-734 {package_version('interpreters-pep-734')} "
+            f"InterpreterPoolExecutor({workers})",
+            lambda: None,
+        )
     if kind == "stdlib-executor":
         # CPython 3.14's own, awaited as the asyncio documentation shows.
-        return (concurrent.futures.InterpreterPoolExecutor(max_workers=workers), None,
-                f"concurrent.futures.InterpreterPoolExecutor({workers}) "
-                f"(Python {platform.python_version()})", lambda: None)
+        return (
+            concurrent.futures.InterpreterPoolExecutor(max_workers=workers),
+            None,
+            f"concurrent.futures.InterpreterPoolExecutor({workers}) "
+            f"(Python {platform.python_version()})",
+            lambda: None,
+        )
     if kind == "stdlib-interpreters":
         # concurrent.interpreters (3.14+) by hand: a ThreadPoolExecutor whose
         # every thread creates one interpreter (on first use) and runs each of
@@ -212,22 +236,28 @@ def _executor(kind: str, workers: int, preload: tuple[str, ...]
             for interp in made:
                 interp.close()
 
-        return (concurrent.futures.ThreadPoolExecutor(max_workers=workers), in_interp,
-                f"concurrent.interpreters: ThreadPoolExecutor({workers}), one interpreter per "
-                "thread made on its first call, interp.call(fn, *args)", close)
+        return (
+            concurrent.futures.ThreadPoolExecutor(max_workers=workers),
+            in_interp,
+            f"concurrent.interpreters: ThreadPoolExecutor({workers}), one interpreter per "
+            "thread made on its first call, interp.call(fn, *args)",
+            close,
+        )
     if kind.startswith("procpool-"):
         import multiprocessing
 
         method = kind.split("-", 1)[1]
         executor = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context(method))
+            max_workers=workers, mp_context=multiprocessing.get_context(method)
+        )
         return executor, None, f"ProcessPoolExecutor({workers}, {method})", lambda: None
     raise ValueError(f"unknown contender kind {kind!r}")
 
 
 @contextlib.asynccontextmanager
-async def _start(kind: str, loop: str, workers: int,
-                 preload: tuple[str, ...]) -> AsyncIterator[Runner]:
+async def _start(
+    kind: str, loop: str, workers: int, preload: tuple[str, ...]
+) -> AsyncIterator[Runner]:
     """The contenders, one branch each (the concurrent.futures executors in _executor)."""
     if kind == "aiosubinterp":
         import aiosubinterp
@@ -246,17 +276,25 @@ async def _start(kind: str, loop: str, workers: int,
 
         ev = asyncio.get_running_loop()
         ev.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=workers))
-        yield Runner(kind, asyncio.to_thread, asyncio.to_thread,
-                     f"default executor = ThreadPoolExecutor({workers})")
+        yield Runner(
+            kind,
+            asyncio.to_thread,
+            asyncio.to_thread,
+            f"default executor = ThreadPoolExecutor({workers})",
+        )
     elif kind == "aiointerpreters":
         # aiointerpreters (PyPI, 3.14+): Runner(workers=N).start() makes N
         # threads that each create an interpreter and serve a shared queue.
         from aiointerpreters.runner import Runner as AioRunner
 
         with AioRunner(workers=workers).start() as aio:
-            yield Runner(kind, aio.run, aio.run,
-                         f"aiointerpreters {package_version('aiointerpreters')} "
-                         f"Runner(workers={workers}).start(), await runner.run(fn, *args)")
+            yield Runner(
+                kind,
+                aio.run,
+                aio.run,
+                f"aiointerpreters {package_version('aiointerpreters')} "
+                f"Runner(workers={workers}).start(), await runner.run(fn, *args)",
+            )
     elif kind in ("anyio.to_interpreter", "anyio.to_interpreter-ungated"):
         import anyio
         import anyio.to_interpreter
@@ -277,11 +315,14 @@ async def _start(kind: str, loop: str, workers: int,
                 return await anyio.to_interpreter.run_sync(fn, *args, limiter=limiter)
 
         ungated = kind.endswith("-ungated")
-        yield Runner(kind, call, call if ungated else gated,
-                     f"anyio {package_version('anyio')} to_interpreter.run_sync, "
-                     f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
-                     + ("" if ungated else ", concurrent calls gated by a "
-                                           f"Semaphore({workers})"))
+        yield Runner(
+            kind,
+            call,
+            call if ungated else gated,
+            f"anyio {package_version('anyio')} to_interpreter.run_sync, "
+            f"CapacityLimiter({workers}), anyio.run(backend='asyncio')"
+            + ("" if ungated else f", concurrent calls gated by a Semaphore({workers})"),
+        )
     elif kind == "aiomultiprocess":
         import aiomultiprocess
 
@@ -296,19 +337,26 @@ async def _start(kind: str, loop: str, workers: int,
                 # aiomultiprocess runs coroutine functions only: use fn's async twin.
                 return mpool.apply(getattr(_work, "a" + fn.__name__), args)
 
-            yield Runner(kind, apply, apply, f"aiomultiprocess.Pool({workers}) (spawn), "
-                         "async twins of the functions")
+            yield Runner(
+                kind,
+                apply,
+                apply,
+                f"aiomultiprocess.Pool({workers}) (spawn), async twins of the functions",
+            )
     else:
         # A concurrent.futures executor awaited through loop.run_in_executor,
         # as a user of the executor API would.
         executor, wrapper, info, cleanup = _executor(kind, workers, preload)
         ev = asyncio.get_running_loop()
         if wrapper is None:
+
             def in_executor(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
                 return ev.run_in_executor(executor, fn, *args)
         else:
+
             def in_executor(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
                 return ev.run_in_executor(executor, wrapper, fn, *args)
+
         try:
             yield Runner(kind, in_executor, in_executor, info + ", loop.run_in_executor")
         finally:

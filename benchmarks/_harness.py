@@ -43,8 +43,12 @@ LOOPS = ("asyncio", "uvloop")
 
 def _git_rev() -> str:
     try:
-        out = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
@@ -77,19 +81,34 @@ def collect_meta(loop: str) -> dict[str, Any]:
 
 def _parse_args(doc: str, names: list[str]) -> argparse.Namespace:
     first = doc.strip().splitlines()[0]
-    parser = argparse.ArgumentParser(description=first, epilog=f"contenders: {', '.join(names)}",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="small smoke run (< 20 s): fewer tasks and rounds; numbers are rough")
-    parser.add_argument("--json", action="store_true",
-                        help="print the results as one JSON document instead of the tables")
-    parser.add_argument("--loop", choices=LOOPS, default="asyncio",
-                        help="event loop for every contender (default: asyncio)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds over all contenders (each contender once per round, "
-                             "in a fresh process)")
-    parser.add_argument("--only", default=None,
-                        help="comma-separated subset of contenders to run")
+    parser = argparse.ArgumentParser(
+        description=first,
+        epilog=f"contenders: {', '.join(names)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small smoke run (< 20 s): fewer tasks and rounds; numbers are rough",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the results as one JSON document instead of the tables",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="asyncio",
+        help="event loop for every contender (default: asyncio)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds over all contenders (each contender once per round, in a fresh process)",
+    )
+    parser.add_argument("--only", default=None, help="comma-separated subset of contenders to run")
     # Internal: how the parent runs one contender in a child process.
     parser.add_argument("--contender", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
@@ -100,41 +119,63 @@ def _parse_args(doc: str, names: list[str]) -> argparse.Namespace:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in names]
         if unknown:
-            parser.error(f"unknown contender(s) {', '.join(unknown)}; choose from "
-                         f"{', '.join(names)}")
+            parser.error(
+                f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(names)}"
+            )
         args.only = wanted
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
     return args
 
 
-def spawn_contender(script: str, name: str, params: dict[str, Any], loop: str,
-                    timeout: float) -> dict[str, Any]:
+def spawn_contender(
+    script: str, name: str, params: dict[str, Any], loop: str, timeout: float
+) -> dict[str, Any]:
     """Run one contender in a fresh `python script --contender name` and return its JSON result."""
-    cmd = [sys.executable, script, "--contender", name, "--loop", loop,
-           "--params", json.dumps(params)]
+    cmd = [
+        sys.executable,
+        script,
+        "--contender",
+        name,
+        "--loop",
+        loop,
+        "--params",
+        json.dumps(params),
+    ]
     env = dict(os.environ)
     # Interpreters created by anyio (and processes started by spawn) do not
     # inherit sys.path[0] (the script's directory): put _work on PYTHONPATH.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
         out, err = proc.communicate()
-        return {"error": f"hung: killed after {timeout:g} s", "stderr": tail(err),
-                "returncode": proc.returncode}
+        return {
+            "error": f"hung: killed after {timeout:g} s",
+            "stderr": tail(err),
+            "returncode": proc.returncode,
+        }
     result = None
     for line in out.splitlines():
         if line.startswith(RESULT_MARK):
-            result = json.loads(line[len(RESULT_MARK):])
+            result = json.loads(line[len(RESULT_MARK) :])
     if result is None:
         last = tail(err, 1) or "(no output)"
-        return {"error": f"exit code {proc.returncode}: {last}", "stderr": tail(err),
-                "returncode": proc.returncode}
+        return {
+            "error": f"exit code {proc.returncode}: {last}",
+            "stderr": tail(err),
+            "returncode": proc.returncode,
+        }
     if proc.returncode != 0:
         # A result was printed, then the process failed (e.g. an abort at exit).
         result["exit_problem"] = f"exit code {proc.returncode} after the result: {tail(err, 3)}"
@@ -178,9 +219,12 @@ def main(
     import importlib.util
 
     if importlib.util.find_spec("aiosubinterp") is None:
-        print(f"warning: aiosubinterp is not importable by {sys.executable}: install it "
-              f"(`make venv`, or `pip install -e .`) or set PYTHONPATH={REPO}; its rows will "
-              "show the error", file=sys.stderr)
+        print(
+            f"warning: aiosubinterp is not importable by {sys.executable}: install it "
+            f"(`make venv`, or `pip install -e .`) or set PYTHONPATH={REPO}; its rows will "
+            "show the error",
+            file=sys.stderr,
+        )
     params = dict(quick if args.quick else full)
     if args.rounds is not None:
         params["rounds"] = args.rounds
@@ -202,10 +246,11 @@ def main(
     started = time.perf_counter()
     rounds = int(params.get("rounds", 1))
     for r in range(rounds):
-        order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
+        order = chosen[r % len(chosen) :] + chosen[: r % len(chosen)]
         for name in order:
-            print(f"[{title}] round {r + 1}/{rounds}: {name} ...", end="", file=sys.stderr,
-                  flush=True)
+            print(
+                f"[{title}] round {r + 1}/{rounds}: {name} ...", end="", file=sys.stderr, flush=True
+            )
             t0 = time.perf_counter()
             res = spawn_contender(script, name, params, args.loop, timeout)
             results[name].append(res)
@@ -214,25 +259,38 @@ def main(
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)
     meta["loadavg_end"] = loadavg()
     rep = report(results, params)
-    problems = {n: [r.get("exit_problem") for r in rs if r.get("exit_problem")]
-                for n, rs in results.items()}
+    problems = {
+        n: [r.get("exit_problem") for r in rs if r.get("exit_problem")] for n, rs in results.items()
+    }
     problems = {n: p for n, p in problems.items() if p}
-    errors = {n: [{k: r.get(k) for k in ("error", "traceback", "stderr") if r.get(k)}
-                  for r in rs if "error" in r] for n, rs in results.items()}
+    errors = {
+        n: [
+            {k: r.get(k) for k in ("error", "traceback", "stderr") if r.get(k)}
+            for r in rs
+            if "error" in r
+        ]
+        for n, rs in results.items()
+    }
     errors = {n: e for n, e in errors.items() if e}
     if args.json:
-        print(json.dumps({
-            "benchmark": os.path.basename(script),
-            "title": title,
-            "meta": meta,
-            "params": params,
-            "summary": rep.summary,
-            "targets": [t.as_dict() for t in rep.targets],
-            "errors": errors,
-            "exit_problems": problems,
-            "skipped": skipped,
-            "notes": rep.notes,
-        }, indent=1, default=str))
+        print(
+            json.dumps(
+                {
+                    "benchmark": os.path.basename(script),
+                    "title": title,
+                    "meta": meta,
+                    "params": params,
+                    "summary": rep.summary,
+                    "targets": [t.as_dict() for t in rep.targets],
+                    "errors": errors,
+                    "exit_problems": problems,
+                    "skipped": skipped,
+                    "notes": rep.notes,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         return 0
     print(render(title, meta, params, rep, errors, problems, skipped))
     return 0

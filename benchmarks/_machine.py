@@ -30,7 +30,7 @@ def _cpu_ticks(pid: int) -> tuple[int, int]:
     text = _read(f"/proc/{pid}/stat")
     if text is None:
         return 0, 0
-    fields = text[text.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+    fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
@@ -102,8 +102,12 @@ class Meter:
         self.other_cores = max(0.0, machine_cores - self.cpu_per_wall)
 
     def result(self) -> dict[str, float]:
-        return {"wall": self.wall, "cpu": self.cpu, "cpu_per_wall": self.cpu_per_wall,
-                "other_cores": self.other_cores}
+        return {
+            "wall": self.wall,
+            "cpu": self.cpu,
+            "cpu_per_wall": self.cpu_per_wall,
+            "other_cores": self.other_cores,
+        }
 
 
 def _status_kib(pid: int | str, key: str, name: str = "status") -> int:

@@ -36,11 +36,16 @@ def window_features(seed: int) -> float:
     taper = np.hanning(WIDTH)
     features = np.empty((WINDOWS, 5))
     for i in range(WINDOWS):
-        w = signal[i * WIDTH:(i + 1) * WIDTH]
+        w = signal[i * WIDTH : (i + 1) * WIDTH]
         w = (w - w.mean()) * taper
         spectrum = np.abs(np.fft.rfft(w))
-        features[i] = (w.std(), spectrum.argmax(), spectrum[1:8].sum() / spectrum.sum(),
-                       np.percentile(w, 90), np.count_nonzero(np.diff(np.sign(w))))
+        features[i] = (
+            w.std(),
+            spectrum.argmax(),
+            spectrum[1:8].sum() / spectrum.sum(),
+            np.percentile(w, 90),
+            np.count_nonzero(np.diff(np.sign(w))),
+        )
     z = (features - features.mean(axis=0)) / (features.std(axis=0) + 1e-12)
     eigenvalues = np.linalg.eigvalsh(z.T @ z / WINDOWS)
     return round(float(eigenvalues.sum() + 10 * eigenvalues.max()), 6)

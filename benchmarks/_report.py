@@ -35,14 +35,23 @@ class Target:
     def verdict(self) -> str:
         if self.measured is None or math.isnan(self.measured):
             return "n/a"
-        ok = {"<=": self.measured <= self.limit, "<": self.measured < self.limit,
-              ">=": self.measured >= self.limit}[self.op]
+        ok = {
+            "<=": self.measured <= self.limit,
+            "<": self.measured < self.limit,
+            ">=": self.measured >= self.limit,
+        }[self.op]
         return "PASS" if ok else "MISS"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "measured": self.measured, "op": self.op,
-                "limit": self.limit, "unit": self.unit, "verdict": self.verdict,
-                "note": self.note}
+        return {
+            "what": self.what,
+            "measured": self.measured,
+            "op": self.op,
+            "limit": self.limit,
+            "unit": self.unit,
+            "verdict": self.verdict,
+            "note": self.note,
+        }
 
 
 @dataclasses.dataclass
@@ -58,7 +67,7 @@ class Report:
 def fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    if isinstance(value, float) and value != 0 and abs(value) < 10 ** -digits * 5:
+    if isinstance(value, float) and value != 0 and abs(value) < 10**-digits * 5:
         return f"{value:.2g}{suffix}"
     return f"{value:,.{digits}f}{suffix}"
 
@@ -85,8 +94,13 @@ def markdown_table(headers: list[str], rows: list[list[str]], left: Sequence[int
             out.append(cell.rjust(widths[i]) if right[i] else cell.ljust(widths[i]))
         return "| " + " | ".join(out) + " |"
 
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if right[i] else ("-" * (w + 2))
-                         for i, w in enumerate(widths)) + "|"
+    sep = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if right[i] else ("-" * (w + 2)) for i, w in enumerate(widths)
+        )
+        + "|"
+    )
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
 
 
@@ -96,8 +110,9 @@ def targets_table(targets: list[Target]) -> str:
         measured = fmt_ratio(t.measured) if t.unit == "x" else fmt(t.measured, 2, " " + t.unit)
         limit = f"{t.op} {t.limit:g}{'x' if t.unit == 'x' else ' ' + t.unit}"
         rows.append([t.what, measured, limit, t.verdict, t.note])
-    return markdown_table(["target", "measured", "target", "verdict", "anchor"], rows,
-                          left=(0, 3, 4))
+    return markdown_table(
+        ["target", "measured", "target", "verdict", "anchor"], rows, left=(0, 3, 4)
+    )
 
 
 def error_cell(message: str, limit: int = 90) -> str:
@@ -123,8 +138,9 @@ class Table:
         self.infos: list[str] = []
         self._labels: dict[str, str] = {}
 
-    def each(self, results: dict[str, list[dict[str, Any]]], also: Sequence[Table] = ()
-             ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    def each(
+        self, results: dict[str, list[dict[str, Any]]], also: Sequence[Table] = ()
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         """Visit the contenders that have good rounds; `also`: more tables with a row each."""
         tables = (self, *also)
         for name, rounds in results.items():
@@ -137,8 +153,9 @@ class Table:
                 continue
             failed = len(rounds) - len(good)
             for t in tables:
-                t._labels[name] = name + (f" ({failed}/{len(rounds)} rounds failed)"
-                                          if failed else "")
+                t._labels[name] = name + (
+                    f" ({failed}/{len(rounds)} rounds failed)" if failed else ""
+                )
             if "info" in good[0]:
                 self.infos.append(f"{name}: {good[0]['info']}")
             yield name, good
@@ -168,8 +185,11 @@ def rate_cells(values: list[float], digits: int = 0) -> list[str]:
 
 def quartile_cells(values: list[float], digits: int = 2) -> list[str]:
     """Median, p25 and p75 cells (few samples: one per fresh process)."""
-    return [fmt(median(values), digits), fmt(percentile(values, 25), digits),
-            fmt(percentile(values, 75), digits)]
+    return [
+        fmt(median(values), digits),
+        fmt(percentile(values, 25), digits),
+        fmt(percentile(values, 75), digits),
+    ]
 
 
 LOAD_HEADERS = ["CPU/wall", "other load"]
@@ -194,9 +214,15 @@ def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def render(title: str, meta: dict[str, Any], params: dict[str, Any], rep: Report,
-           errors: dict[str, Any], problems: dict[str, Any],
-           skipped: dict[str, str] | None = None) -> str:
+def render(
+    title: str,
+    meta: dict[str, Any],
+    params: dict[str, Any],
+    rep: Report,
+    errors: dict[str, Any],
+    problems: dict[str, Any],
+    skipped: dict[str, str] | None = None,
+) -> str:
     shown = {k: v for k, v in params.items() if k != "quick"}
     lines = [
         f"### {title}{' (--quick: rough numbers)' if params.get('quick') else ''}",

@@ -36,8 +36,15 @@ def median(values: Sequence[float]) -> float:
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """p50, p99, mean, stdev, min and max of a contender's samples (NaN when there are none)."""
     if not values:
-        return {"n": 0, "p50": math.nan, "p99": math.nan, "mean": math.nan,
-                "stdev": math.nan, "min": math.nan, "max": math.nan}
+        return {
+            "n": 0,
+            "p50": math.nan,
+            "p99": math.nan,
+            "mean": math.nan,
+            "stdev": math.nan,
+            "min": math.nan,
+            "max": math.nan,
+        }
     return {
         "n": len(values),
         "p50": median(values),

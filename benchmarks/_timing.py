@@ -18,8 +18,9 @@ from _machine import Meter
 from _stats import median
 
 
-def time_batches(count: int, batch: Callable[[], list[Any]],
-                 check: Callable[[list[Any]], None]) -> list[Meter]:
+def time_batches(
+    count: int, batch: Callable[[], list[Any]], check: Callable[[list[Any]], None]
+) -> list[Meter]:
     """Run batch() `count` times, each under a Meter; check() its results outside the timing."""
     meters = []
     for _ in range(count):
@@ -30,8 +31,9 @@ def time_batches(count: int, batch: Callable[[], list[Any]],
     return meters
 
 
-async def time_batches_async(count: int, batch: Callable[[], Awaitable[list[Any]]],
-                             check: Callable[[list[Any]], None]) -> list[Meter]:
+async def time_batches_async(
+    count: int, batch: Callable[[], Awaitable[list[Any]]], check: Callable[[list[Any]], None]
+) -> list[Meter]:
     """time_batches() for a batch that is awaited (a gather of submitted tasks)."""
     meters = []
     for _ in range(count):
@@ -44,14 +46,20 @@ async def time_batches_async(count: int, batch: Callable[[], Awaitable[list[Any]
 
 def batch_result(meters: list[Meter], tasks: int, info: str, **extra: Any) -> dict[str, Any]:
     """A child's result for timed batches of `tasks` tasks: wall times, rates, load."""
-    return {"wall": [m.wall for m in meters], "rate": [tasks / m.wall for m in meters],
-            "tasks": tasks, "info": info,
-            "cpu_per_wall": median([m.cpu_per_wall for m in meters]),
-            "other_cores": median([m.other_cores for m in meters]), **extra}
+    return {
+        "wall": [m.wall for m in meters],
+        "rate": [tasks / m.wall for m in meters],
+        "tasks": tasks,
+        "info": info,
+        "cpu_per_wall": median([m.cpu_per_wall for m in meters]),
+        "other_cores": median([m.other_cores for m in meters]),
+        **extra,
+    }
 
 
-async def time_calls(call: Callable[..., Awaitable[Any]], n: int,
-                     warmup: int) -> tuple[list[float], Meter]:
+async def time_calls(
+    call: Callable[..., Awaitable[Any]], n: int, warmup: int
+) -> tuple[list[float], Meter]:
     """`warmup` untimed awaits of call(noop, i), then `n` awaits each timed: (µs, Meter).
 
     The loop is kept bare (local names, integer clock) since its own cost is
@@ -108,8 +116,9 @@ def serial_spin(info: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         n, tasks = params["n"], params["tasks"]
         _work.spin(n // 10)
-        meters = time_batches(params["batches"], lambda: [_work.spin(n) for _ in range(tasks)],
-                              check_spin(n))
+        meters = time_batches(
+            params["batches"], lambda: [_work.spin(n) for _ in range(tasks)], check_spin(n)
+        )
         return batch_result(meters, tasks, info)
 
     return run

@@ -49,8 +49,9 @@ def contender(kind: str):
         async def timed(submit) -> dict[str, Any]:
             await asyncio.gather(*(submit(_work.io_then_spin, 0.0, n) for _ in range(4)))
             with _machine.Meter() as meter:
-                results = await asyncio.gather(*(submit(_work.io_then_spin, delay, n)
-                                                 for _ in range(tasks)))
+                results = await asyncio.gather(
+                    *(submit(_work.io_then_spin, delay, n) for _ in range(tasks))
+                )
             if results != [expected] * tasks:
                 raise AssertionError("io_then_spin returned wrong results")
             return {"rate": tasks / meter.wall, **meter.result()}
@@ -65,10 +66,12 @@ def contender(kind: str):
 
                 c = 1 if kind == C1 else conc
                 async with aiosubinterp.InterpreterPool(
-                        _contenders.WORKERS, concurrency_per_interpreter=c) as pool:
+                    _contenders.WORKERS, concurrency_per_interpreter=c
+                ) as pool:
                     out = await timed(pool.submit)
-                out["info"] = (f"InterpreterPool({_contenders.WORKERS}, "
-                               f"concurrency_per_interpreter={c})")
+                out["info"] = (
+                    f"InterpreterPool({_contenders.WORKERS}, concurrency_per_interpreter={c})"
+                )
                 return out
             import aiomultiprocess
 
@@ -77,11 +80,13 @@ def contender(kind: str):
                 import uvloop
 
                 init = uvloop.new_event_loop
-            async with aiomultiprocess.Pool(processes=_contenders.WORKERS, childconcurrency=conc,
-                                            loop_initializer=init) as pool:
+            async with aiomultiprocess.Pool(
+                processes=_contenders.WORKERS, childconcurrency=conc, loop_initializer=init
+            ) as pool:
                 out = await timed(lambda fn, *args: pool.apply(fn, args))
-            out["info"] = (f"aiomultiprocess.Pool({_contenders.WORKERS}, childconcurrency={conc}) "
-                           "(spawn)")
+            out["info"] = (
+                f"aiomultiprocess.Pool({_contenders.WORKERS}, childconcurrency={conc}) (spawn)"
+            )
             return out
 
         return _contenders.run_async(body, loop)
@@ -90,8 +95,9 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "median tasks/s", "min", "max", "c=N vs it",
-                           *_report.LOAD_HEADERS])
+    table = _report.Table(
+        ["contender", "median tasks/s", "min", "max", "c=N vs it", *_report.LOAD_HEADERS]
+    )
     med: dict[str, float] = {}
     for name, good in table.each(results):
         rates = _stats.collect(good, "rate")
@@ -102,11 +108,20 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         for name, rate in med.items():
             table.set(name, 4, _report.fmt_ratio(ours / rate))
     targets = [
-        _report.Target("(info) c=N tasks/s / aiomultiprocess c=N",
-                       _stats.ratio(ours, med.get(AMP)),
-                       ">=", 1.0, note="the same childconcurrency, 2 workers each"),
-        _report.Target("(info) c=N tasks/s / c=1", _stats.ratio(ours, med.get(C1)), ">=", 1.0,
-                       note="what concurrency_per_interpreter buys"),
+        _report.Target(
+            "(info) c=N tasks/s / aiomultiprocess c=N",
+            _stats.ratio(ours, med.get(AMP)),
+            ">=",
+            1.0,
+            note="the same childconcurrency, 2 workers each",
+        ),
+        _report.Target(
+            "(info) c=N tasks/s / c=1",
+            _stats.ratio(ours, med.get(C1)),
+            ">=",
+            1.0,
+            note="what concurrency_per_interpreter buys",
+        ),
     ]
     notes = [
         f"Per round: {params['tasks']} tasks of io_then_spin({params['delay']}, "
@@ -120,11 +135,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_async_io: I/O-bound coroutines with a CPU part, several per worker",
-        contenders={name: contender(name) for name in NAMES},
-        full={"tasks": 300, "delay": 0.02, "spin": 100_000, "conc": 16, "rounds": 3},
-        quick={"tasks": 100, "delay": 0.02, "spin": 100_000, "conc": 16, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_async_io: I/O-bound coroutines with a CPU part, several per worker",
+            contenders={name: contender(name) for name in NAMES},
+            full={"tasks": 300, "delay": 0.02, "spin": 100_000, "conc": 16, "rounds": 3},
+            quick={"tasks": 100, "delay": 0.02, "spin": 100_000, "conc": 16, "rounds": 1},
+            report=report,
+        )
+    )

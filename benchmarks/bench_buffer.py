@@ -46,8 +46,15 @@ import _machine
 import _report
 import _stats
 
-NAMES = ["aiosubinterp", "to_thread", "procpool-fork", "shm", "stdlib-executor",
-         "stdlib-interpreters", "aiointerpreters"]
+NAMES = [
+    "aiosubinterp",
+    "to_thread",
+    "procpool-fork",
+    "shm",
+    "stdlib-executor",
+    "stdlib-interpreters",
+    "aiointerpreters",
+]
 MIB = 1024 * 1024
 CASES = [(1, "len"), (1, "echo"), (64, "len"), (64, "echo")]
 
@@ -94,9 +101,11 @@ def contender(kind: str):
 
 def _make_call(kind, runner, fn, op, payload):
     if kind != "shm":
+
         async def call() -> int:
             r = await runner.run(fn, payload)
             return r if op == "len" else memoryview(r).nbytes
+
         return call
 
     from multiprocessing import shared_memory
@@ -104,17 +113,18 @@ def _make_call(kind, runner, fn, op, payload):
     async def call_shm() -> int:
         shm = shared_memory.SharedMemory(create=True, size=len(payload))
         try:
-            shm.buf[:len(payload)] = payload
+            shm.buf[: len(payload)] = payload
             if op == "len":
                 return await runner.run(_bufwork.shm_len, shm.name)
             await runner.run(_bufwork.shm_echo, shm.name)
-            view = shm.buf[:len(payload)]
+            view = shm.buf[: len(payload)]
             size = view.nbytes
             view.release()
             return size
         finally:
             shm.close()
             shm.unlink()
+
     return call_shm
 
 
@@ -139,23 +149,49 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
     ours = p50("aiosubinterp", "64MiB-echo")
     targets = [
-        _report.Target("64 MiB echo: fork pool's p50 / ours",
-                       _stats.ratio(p50("procpool-fork", "64MiB-echo"), ours), ">=", 100,
-                       note="ProcessPoolExecutor(fork)"),
-        _report.Target("64 MiB echo: ours / to_thread's p50",
-                       _stats.ratio(ours, p50("to_thread", "64MiB-echo")), "<=", 10,
-                       note="asyncio.to_thread"),
-        _report.Target("peak RSS growth during 64 MiB echoes", max(peaks) / 1024 if peaks else None,
-                       "<", 16, unit=" MiB", note="VmHWM over resident payload"),
-        _report.Target("(info) 64 MiB echo: stdlib executor's p50 / ours",
-                       _stats.ratio(p50("stdlib-executor", "64MiB-echo"), ours), ">=", 1,
-                       note="3.14+: InterpreterPoolExecutor"),
-        _report.Target("(info) 64 MiB echo: stdlib interpreters' p50 / ours",
-                       _stats.ratio(p50("stdlib-interpreters", "64MiB-echo"), ours), ">=", 1,
-                       note="3.14+: interp.call"),
-        _report.Target("(info) 64 MiB echo: shm's p50 / ours",
-                       _stats.ratio(p50("shm", "64MiB-echo"), ours), ">=", 1,
-                       note="informational, no target"),
+        _report.Target(
+            "64 MiB echo: fork pool's p50 / ours",
+            _stats.ratio(p50("procpool-fork", "64MiB-echo"), ours),
+            ">=",
+            100,
+            note="ProcessPoolExecutor(fork)",
+        ),
+        _report.Target(
+            "64 MiB echo: ours / to_thread's p50",
+            _stats.ratio(ours, p50("to_thread", "64MiB-echo")),
+            "<=",
+            10,
+            note="asyncio.to_thread",
+        ),
+        _report.Target(
+            "peak RSS growth during 64 MiB echoes",
+            max(peaks) / 1024 if peaks else None,
+            "<",
+            16,
+            unit=" MiB",
+            note="VmHWM over resident payload",
+        ),
+        _report.Target(
+            "(info) 64 MiB echo: stdlib executor's p50 / ours",
+            _stats.ratio(p50("stdlib-executor", "64MiB-echo"), ours),
+            ">=",
+            1,
+            note="3.14+: InterpreterPoolExecutor",
+        ),
+        _report.Target(
+            "(info) 64 MiB echo: stdlib interpreters' p50 / ours",
+            _stats.ratio(p50("stdlib-interpreters", "64MiB-echo"), ours),
+            ">=",
+            1,
+            note="3.14+: interp.call",
+        ),
+        _report.Target(
+            "(info) 64 MiB echo: shm's p50 / ours",
+            _stats.ratio(p50("shm", "64MiB-echo"), ours),
+            ">=",
+            1,
+            note="informational, no target",
+        ),
     ]
     notes = [
         f"per round: {params['n_small']} calls per 1 MiB case, {params['n_large']} per 64 MiB "
@@ -163,18 +199,23 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"{params['rounds']} rounds.",
         *table.infos,
     ]
-    return _report.Report([table.section()], targets, notes,
-                          {"stats": {f"{k[0]} {k[1]}": v for k, v in stats.items()},
-                           "peak_kib": peaks})
+    return _report.Report(
+        [table.section()],
+        targets,
+        notes,
+        {"stats": {f"{k[0]} {k[1]}": v for k, v in stats.items()}, "peak_kib": peaks},
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_buffer: 1 MiB and 64 MiB to a worker and back",
-        contenders={name: contender(name) for name in NAMES},
-        full={"n_small": 200, "n_large": 30, "warmup": 3, "rounds": 3},
-        quick={"n_small": 50, "n_large": 10, "warmup": 2, "rounds": 1},
-        report=report,
-        child_timeout=(300.0, 120.0),
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_buffer: 1 MiB and 64 MiB to a worker and back",
+            contenders={name: contender(name) for name in NAMES},
+            full={"n_small": 200, "n_large": 30, "warmup": 3, "rounds": 3},
+            quick={"n_small": 50, "n_large": 10, "warmup": 2, "rounds": 1},
+            report=report,
+            child_timeout=(300.0, 120.0),
+        )
+    )

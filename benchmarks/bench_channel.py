@@ -185,8 +185,10 @@ def _thread(params: dict[str, Any], loop: str) -> dict[str, Any]:
     async def body() -> dict[str, Any]:
         ev = asyncio.get_running_loop()
         out: dict[str, Any] = {}
-        for key, count, make in (("small_i2l", n, _chanwork.small_item),
-                                 ("big_i2l", nb, lambda i, c=b"x" * MIB: c)):
+        for key, count, make in (
+            ("small_i2l", n, _chanwork.small_item),
+            ("big_i2l", nb, lambda i, c=b"x" * MIB: c),
+        ):
             # A thread cannot wait on an asyncio.Queue: it posts each put to the loop
             # (unbounded on the thread side, as users do with call_soon_threadsafe).
             q: asyncio.Queue = asyncio.Queue()
@@ -219,39 +221,75 @@ CONTENDERS = {"aiosubinterp": _ours, "mp.Queue": _mpq, "thread+asyncio.Queue": _
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "small items/s interp->loop",
-                           "small items/s loop->interp", "1 MiB MB/s interp->loop",
-                           "1 MiB MB/s loop->interp", "ping-pong p50 us", "ping-pong p99 us"])
+    table = _report.Table(
+        [
+            "contender",
+            "small items/s interp->loop",
+            "small items/s loop->interp",
+            "1 MiB MB/s interp->loop",
+            "1 MiB MB/s loop->interp",
+            "ping-pong p50 us",
+            "ping-pong p99 us",
+        ]
+    )
     med: dict[str, dict[str, float]] = {}
     keys = ["small_i2l", "small_l2i", "big_i2l", "big_l2i"]
     for name, good in table.each(results):
-        m = {k: _stats.median(_stats.collect(good, k)) if k in good[0] else float("nan")
-             for k in keys}
+        m = {
+            k: _stats.median(_stats.collect(good, k)) if k in good[0] else float("nan")
+            for k in keys
+        }
         if "ping_us" in good[0]:
             s = _stats.summarize(_stats.collect(good, "ping_us"))
             m["ping_p50"], m["ping_p99"] = s["p50"], s["p99"]
         med[name] = m
-        table.add(name, *(_report.fmt(m[k], 0) for k in keys),
-                  _report.fmt(m.get("ping_p50"), 1), _report.fmt(m.get("ping_p99"), 1))
+        table.add(
+            name,
+            *(_report.fmt(m[k], 0) for k in keys),
+            _report.fmt(m.get("ping_p50"), 1),
+            _report.fmt(m.get("ping_p99"), 1),
+        )
     ours = med.get("aiosubinterp", {})
     mpq = med.get("mp.Queue", {})
     thr = med.get("thread+asyncio.Queue", {})
     r = _stats.ratio
     targets = [
-        _report.Target("small items/s interp->loop / mp.Queue's",
-                       r(ours.get("small_i2l"), mpq.get("small_i2l")), ">=", 5,
-                       note="multiprocessing.Queue, child process -> parent"),
-        _report.Target("small items/s interp->loop / thread+asyncio.Queue's",
-                       r(ours.get("small_i2l"), thr.get("small_i2l")), ">=", 2,
-                       note="thread feeding asyncio.Queue via call_soon_threadsafe"),
-        _report.Target("rendezvous ping-pong p50 (round trip)", ours.get("ping_p50", float("nan")),
-                       "<", 50, unit="us", note="absolute"),
-        _report.Target("1 MiB MB/s interp->loop / mp.Queue's",
-                       r(ours.get("big_i2l"), mpq.get("big_i2l")), ">=", 3,
-                       note="multiprocessing.Queue"),
-        _report.Target("1 MiB MB/s loop->interp / mp.Queue's",
-                       r(ours.get("big_l2i"), mpq.get("big_l2i")), ">=", 3,
-                       note="multiprocessing.Queue"),
+        _report.Target(
+            "small items/s interp->loop / mp.Queue's",
+            r(ours.get("small_i2l"), mpq.get("small_i2l")),
+            ">=",
+            5,
+            note="multiprocessing.Queue, child process -> parent",
+        ),
+        _report.Target(
+            "small items/s interp->loop / thread+asyncio.Queue's",
+            r(ours.get("small_i2l"), thr.get("small_i2l")),
+            ">=",
+            2,
+            note="thread feeding asyncio.Queue via call_soon_threadsafe",
+        ),
+        _report.Target(
+            "rendezvous ping-pong p50 (round trip)",
+            ours.get("ping_p50", float("nan")),
+            "<",
+            50,
+            unit="us",
+            note="absolute",
+        ),
+        _report.Target(
+            "1 MiB MB/s interp->loop / mp.Queue's",
+            r(ours.get("big_i2l"), mpq.get("big_i2l")),
+            ">=",
+            3,
+            note="multiprocessing.Queue",
+        ),
+        _report.Target(
+            "1 MiB MB/s loop->interp / mp.Queue's",
+            r(ours.get("big_l2i"), mpq.get("big_l2i")),
+            ">=",
+            3,
+            note="multiprocessing.Queue",
+        ),
     ]
     notes = [
         f"Per round: {params['n_small']:,} small items, {params['n_big']} x 1 MiB chunks, "
@@ -266,11 +304,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_channel: channel items/s, MB/s and ping-pong latency",
-        contenders=CONTENDERS,
-        full={"n_small": 200_000, "n_big": 300, "n_ping": 2000, "warmup": 200, "rounds": 3},
-        quick={"n_small": 20_000, "n_big": 30, "n_ping": 300, "warmup": 50, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_channel: channel items/s, MB/s and ping-pong latency",
+            contenders=CONTENDERS,
+            full={"n_small": 200_000, "n_big": 300, "n_ping": 2000, "warmup": 200, "rounds": 3},
+            quick={"n_small": 20_000, "n_big": 30, "n_ping": 300, "warmup": 50, "rounds": 1},
+            report=report,
+        )
+    )

@@ -63,17 +63,29 @@ import _stats
 import _work
 
 NAMES = ["aiosubinterp", "stdlib"]
-OURS_PARTS = ["admin thread", "w1 create", "w1 import _core", "w1 import _worker", "w1 Runner",
-              "w2 create", "w2 import _core", "w2 import _worker", "w2 Runner", "pool ready",
-              "first task"]
+OURS_PARTS = [
+    "admin thread",
+    "w1 create",
+    "w1 import _core",
+    "w1 import _worker",
+    "w1 Runner",
+    "w2 create",
+    "w2 import _core",
+    "w2 import _worker",
+    "w2 Runner",
+    "pool ready",
+    "first task",
+]
 STDLIB_PARTS = ["create", "first call", "back on loop"]
 
 # Where the timestamp lines go into the pool's bootstrap source.
 _ANCHORS = (
     ("def _boot():\n    import sys\n", "    _stamp('boot')\n"),
-    ("        from aiosubinterp import _core\n",
-     "        _stamp('core')\n        from aiosubinterp._inside import worker as _worker\n        "
-     "_stamp('worker')\n"),
+    (
+        "        from aiosubinterp import _core\n",
+        "        _stamp('core')\n        from aiosubinterp._inside import worker as _worker\n        "  # noqa: E501
+        "_stamp('worker')\n",
+    ),
 )
 
 
@@ -81,8 +93,9 @@ def _instrumented_bootstrap(source: str, fd: int) -> str:
     """The pool's bootstrap with timestamp lines added after each anchor."""
     for anchor, extra in _ANCHORS:
         if anchor not in source:
-            raise RuntimeError(f"bench_coldstart: the pool's bootstrap changed (no {anchor!r}): "
-                               "update _ANCHORS")
+            raise RuntimeError(
+                f"bench_coldstart: the pool's bootstrap changed (no {anchor!r}): update _ANCHORS"
+            )
         source = source.replace(anchor, anchor + extra, 1)
     # No braces: the pool fills the source in with str.format().
     header = (
@@ -160,8 +173,9 @@ def run_ours(params: dict[str, Any], loop: str) -> dict[str, Any]:
     readies = [ready for ready, _ in pairs]
     starts = [start for _, start in pairs]
     if len(boots) != _contenders.WORKERS or len(pairs) != _contenders.WORKERS:
-        raise AssertionError(f"expected {_contenders.WORKERS} workers, saw boots {boots} and "
-                             f"marks {marks}")
+        raise AssertionError(
+            f"expected {_contenders.WORKERS} workers, saw boots {boots} and marks {marks}"
+        )
     workers = sorted(boots.values(), key=lambda b: b["worker"])
     t0 = res["t0"]
     ms = 1000.0
@@ -238,17 +252,23 @@ def run_stdlib(params: dict[str, Any], loop: str) -> dict[str, Any]:
 
     res = _contenders.run_async(body, loop)
     ms = 1000.0
-    parts = {"create": (stamps["created"] - res["t0"]) * ms,
-             "first call": (stamps["called"] - stamps["created"]) * ms,
-             "back on loop": (res["t_first"] - stamps["called"]) * ms}
-    what = ("concurrent.interpreters.create() + interp.call(noop, 1) (3.14 runs the function's "
-            "code in the interpreter's __main__: no import of its module)"
-            if interpreters is not None
-            else "_interpreters.create('isolated') + _interpreters.exec('import _work; "
-                 "_work.noop(1)')")
-    return {"parts": parts, "first_result_ms": (res["t_first"] - res["t0"]) * ms,
-            "cpu_ms": res["cpu"] * ms,
-            "info": f"{what}, on a thread (asyncio.to_thread); closed after the clock stops"}
+    parts = {
+        "create": (stamps["created"] - res["t0"]) * ms,
+        "first call": (stamps["called"] - stamps["created"]) * ms,
+        "back on loop": (res["t_first"] - stamps["called"]) * ms,
+    }
+    what = (
+        "concurrent.interpreters.create() + interp.call(noop, 1) (3.14 runs the function's "
+        "code in the interpreter's __main__: no import of its module)"
+        if interpreters is not None
+        else "_interpreters.create('isolated') + _interpreters.exec('import _work; _work.noop(1)')"
+    )
+    return {
+        "parts": parts,
+        "first_result_ms": (res["t_first"] - res["t0"]) * ms,
+        "cpu_ms": res["cpu"] * ms,
+        "info": f"{what}, on a thread (asyncio.to_thread); closed after the clock stops",
+    }
 
 
 def run_ours_at_once(params: dict[str, Any], loop: str) -> dict[str, Any]:
@@ -278,14 +298,20 @@ def run_ours_at_once(params: dict[str, Any], loop: str) -> dict[str, Any]:
 
     res = _contenders.run_async(body, loop)
     ms = 1000.0
-    return {"parts": {"first result": (res["t_first"] - res["t0"]) * ms},
-            "first_result_ms": (res["t_first"] - res["t0"]) * ms, "cpu_ms": res["cpu"] * ms,
-            "info": f"InterpreterPool(size={_contenders.WORKERS}) then at once pool.run(noop, 1), "
-                    "no async with / start()"}
+    return {
+        "parts": {"first result": (res["t_first"] - res["t0"]) * ms},
+        "first_result_ms": (res["t_first"] - res["t0"]) * ms,
+        "cpu_ms": res["cpu"] * ms,
+        "info": f"InterpreterPool(size={_contenders.WORKERS}) then at once pool.run(noop, 1), "
+        "no async with / start()",
+    }
 
 
-CONTENDERS = {"aiosubinterp": run_ours, "aiosubinterp, run at once": run_ours_at_once,
-              "stdlib": run_stdlib}
+CONTENDERS = {
+    "aiosubinterp": run_ours,
+    "aiosubinterp, run at once": run_ours_at_once,
+    "stdlib": run_stdlib,
+}
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
@@ -297,8 +323,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     for name, rounds in results.items():
         good, error = _stats.ok_rounds(rounds)
         if not good:
-            tables.append((f"{name}:", ["part", "median ms"],
-                           [["error", _report.error_cell(error or "no result")]]))
+            tables.append(
+                (
+                    f"{name}:",
+                    ["part", "median ms"],
+                    [["error", _report.error_cell(error or "no result")]],
+                )
+            )
             continue
         names = {"aiosubinterp": OURS_PARTS, "stdlib": STDLIB_PARTS}.get(name, ["first result"])
         rows = []
@@ -317,23 +348,41 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         for key, label in keys:
             rows.append([label, *_report.quartile_cells(_stats.collect(good, key))])
         failed = f" ({len(rounds) - len(good)}/{len(rounds)} rounds failed)" if error else ""
-        tables.append((f"{name}{failed} ({len(good)} fresh processes):",
-                       ["part", "median ms", "p25", "p75"], rows))
+        tables.append(
+            (
+                f"{name}{failed} ({len(good)} fresh processes):",
+                ["part", "median ms", "p25", "p75"],
+                rows,
+            )
+        )
         cpu[name] = _stats.median(_stats.collect(good, "cpu_ms"))
         summary[name] = {"parts_median_ms": parts, "first_result_ms": s, "cpu_ms": cpu[name]}
         for key, _ in keys[1:]:
             summary[name][key] = _stats.median(_stats.collect(good, key))
         infos.append(f"{name}: {good[0]['info']}")
-    targets = [_report.Target("first result / stdlib interpreter's",
-                              _stats.ratio(first.get("aiosubinterp"), first.get("stdlib")),
-                              "<=", 1.0, note="create + first call, same Python, p50"),
-               _report.Target("(info) run at once: first result / stdlib interpreter's",
-                              _stats.ratio(first.get("aiosubinterp, run at once"),
-                                           first.get("stdlib")),
-                              "<=", 1.0, note="no async with: the first ready worker runs it"),
-               _report.Target("(info) CPU time to first result / stdlib's",
-                              _stats.ratio(cpu.get("aiosubinterp"), cpu.get("stdlib")), "<=", 1.0,
-                              note="process CPU time, all threads: less load-dependent")]
+    targets = [
+        _report.Target(
+            "first result / stdlib interpreter's",
+            _stats.ratio(first.get("aiosubinterp"), first.get("stdlib")),
+            "<=",
+            1.0,
+            note="create + first call, same Python, p50",
+        ),
+        _report.Target(
+            "(info) run at once: first result / stdlib interpreter's",
+            _stats.ratio(first.get("aiosubinterp, run at once"), first.get("stdlib")),
+            "<=",
+            1.0,
+            note="no async with: the first ready worker runs it",
+        ),
+        _report.Target(
+            "(info) CPU time to first result / stdlib's",
+            _stats.ratio(cpu.get("aiosubinterp"), cpu.get("stdlib")),
+            "<=",
+            1.0,
+            note="process CPU time, all threads: less load-dependent",
+        ),
+    ]
     notes = [
         f"{params['rounds']} fresh processes per contender; each part is the median over them "
         "(parts' medians need not add up to the median total).",
@@ -345,12 +394,14 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_coldstart: pool creation to first result, part by part, 2 workers",
-        contenders=CONTENDERS,
-        full={"rounds": 40},
-        quick={"rounds": 3},
-        report=report,
-        child_timeout=(60.0, 20.0),
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_coldstart: pool creation to first result, part by part, 2 workers",
+            contenders=CONTENDERS,
+            full={"rounds": 40},
+            quick={"rounds": 3},
+            report=report,
+            child_timeout=(60.0, 20.0),
+        )
+    )

@@ -62,9 +62,15 @@ def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
     per = tasks // workers
     meters = []
     for _ in range(params["batches"]):
-        procs = [subprocess.Popen([sys.executable, "-c", PLAIN_CHILD, str(n), str(per)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                 for _ in range(workers)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", PLAIN_CHILD, str(n), str(per)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(workers)
+        ]
         try:
             for p in procs:
                 line = p.stdout.readline().strip()  # type: ignore[union-attr]
@@ -82,8 +88,11 @@ def run_plain(params: dict[str, Any], loop: str) -> dict[str, Any]:
         if not all(len(o) == 2 and o[1] == "True" for o in outs):
             raise AssertionError(f"plain processes reported {outs!r}")
         meters.append(meter)
-    return _timing.batch_result(meters, tasks, f"{workers} x `python -c` (Popen), {per} tasks "
-                                "each, timed from 'go' to both done")
+    return _timing.batch_result(
+        meters,
+        tasks,
+        f"{workers} x `python -c` (Popen), {per} tasks each, timed from 'go' to both done",
+    )
 
 
 def pool_contender(kind: str):
@@ -93,12 +102,14 @@ def pool_contender(kind: str):
         async def body() -> dict[str, Any]:
             async with _contenders.open_runner(kind, loop) as runner:
                 submit = runner.submit
-                await asyncio.gather(*(submit(_work.spin, n // 10)
-                                       for _ in range(_contenders.WORKERS)))
+                await asyncio.gather(
+                    *(submit(_work.spin, n // 10) for _ in range(_contenders.WORKERS))
+                )
                 meters = await _timing.time_batches_async(
                     params["batches"],
                     lambda: asyncio.gather(*(submit(_work.spin, n) for _ in range(tasks))),
-                    _timing.check_spin(n))
+                    _timing.check_spin(n),
+                )
                 return _timing.batch_result(meters, tasks, runner.info)
 
         return _contenders.run_async(body, loop)
@@ -107,8 +118,17 @@ def pool_contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "batch s (median)", "min", "max", "speedup vs serial",
-                           "vs plain processes", *_report.LOAD_HEADERS])
+    table = _report.Table(
+        [
+            "contender",
+            "batch s (median)",
+            "min",
+            "max",
+            "speedup vs serial",
+            "vs plain processes",
+            *_report.LOAD_HEADERS,
+        ]
+    )
     med: dict[str, float] = {}
     for name, good in table.each(results):
         walls = _stats.collect(good, "wall")
@@ -122,18 +142,37 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         table.set(name, 5, _report.fmt_ratio(_stats.ratio(speedup, plain_speedup)))
     ours = speedups.get("aiosubinterp")
     targets = [
-        _report.Target("speedup / 2 plain processes' speedup", _stats.ratio(ours, plain_speedup),
-                       ">=", 0.9, note=f"{PLAIN}: speedup {_report.fmt_ratio(plain_speedup)}"),
-        _report.Target("(info) speedup / ProcessPoolExecutor's",
-                       _stats.ratio(ours, speedups.get("procpool-fork")), ">=", 1.0,
-                       note="informational, no target"),
+        _report.Target(
+            "speedup / 2 plain processes' speedup",
+            _stats.ratio(ours, plain_speedup),
+            ">=",
+            0.9,
+            note=f"{PLAIN}: speedup {_report.fmt_ratio(plain_speedup)}",
+        ),
+        _report.Target(
+            "(info) speedup / ProcessPoolExecutor's",
+            _stats.ratio(ours, speedups.get("procpool-fork")),
+            ">=",
+            1.0,
+            note="informational, no target",
+        ),
     ]
     if _contenders.FREE_THREADED:
         targets += [
-            _report.Target("speedup / to_thread's speedup", _stats.ratio(ours, speedups.get(
-                "to_thread")), ">=", 0.95, note="free-threaded build: threads scale too"),
-            _report.Target("(info) speedup / ThreadPoolExecutor's", _stats.ratio(
-                ours, speedups.get("threadpool")), ">=", 0.95, note="free-threaded build"),
+            _report.Target(
+                "speedup / to_thread's speedup",
+                _stats.ratio(ours, speedups.get("to_thread")),
+                ">=",
+                0.95,
+                note="free-threaded build: threads scale too",
+            ),
+            _report.Target(
+                "(info) speedup / ThreadPoolExecutor's",
+                _stats.ratio(ours, speedups.get("threadpool")),
+                ">=",
+                0.95,
+                note="free-threaded build",
+            ),
         ]
     notes = [
         f"Task: spin(n={params['n']:,}), calibrated to ~{params['task_seconds']} s in the parent "
@@ -144,22 +183,28 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _report.Report([table.section()], targets, notes,
-                          {"median_batch_s": med, "speedup": speedups,
-                           "plain_speedup": plain_speedup})
+    return _report.Report(
+        [table.section()],
+        targets,
+        notes,
+        {"median_batch_s": med, "speedup": speedups, "plain_speedup": plain_speedup},
+    )
 
 
 if __name__ == "__main__":
-    contenders = {"serial": _timing.serial_spin("one plain process, no event loop"),
-                   PLAIN: run_plain}
-    contenders.update(
-        {k: pool_contender(k) for k in POOLS})
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_cpu_scaling: 8 CPU-bound pure-Python tasks on 2 workers",
-        contenders=contenders,
-        full={"tasks": 8, "task_seconds": 0.2, "batches": 3, "rounds": 3},
-        quick={"tasks": 8, "task_seconds": 0.03, "batches": 1, "rounds": 1},
-        report=report,
-        prepare=_timing.calibrate_spin,
-    ))
+    contenders = {
+        "serial": _timing.serial_spin("one plain process, no event loop"),
+        PLAIN: run_plain,
+    }
+    contenders.update({k: pool_contender(k) for k in POOLS})
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_cpu_scaling: 8 CPU-bound pure-Python tasks on 2 workers",
+            contenders=contenders,
+            full={"tasks": 8, "task_seconds": 0.2, "batches": 3, "rounds": 3},
+            quick={"tasks": 8, "task_seconds": 0.03, "batches": 1, "rounds": 1},
+            report=report,
+            prepare=_timing.calibrate_spin,
+        )
+    )

@@ -46,9 +46,17 @@ def dask_contender(interpreters: bool):
 
         logging.getLogger("distributed").setLevel(logging.ERROR)
         n, tasks, workers = params["n"], params["tasks"], _contenders.WORKERS
-        with LocalCluster(n_workers=1, threads_per_worker=workers, processes=True,
-                          host="127.0.0.1", protocol="tcp", dashboard_address=None) as cluster, \
-                Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=1,
+                threads_per_worker=workers,
+                processes=True,
+                host="127.0.0.1",
+                protocol="tcp",
+                dashboard_address=None,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             annotate: Any = contextlib.nullcontext()
             if interpreters:
                 client.register_plugin(aiosubinterp.DaskInterpreterPlugin())
@@ -59,19 +67,26 @@ def dask_contender(interpreters: bool):
                 meters = _timing.time_batches(
                     params["batches"],
                     lambda: client.gather(client.map(_work.spin, [n] * tasks, pure=False)),
-                    _timing.check_spin(n))
-        kind = ("DaskInterpreterPlugin, tasks annotated executor='interpreters'" if interpreters
-                else "the worker's default ThreadPoolExecutor")
+                    _timing.check_spin(n),
+                )
+        kind = (
+            "DaskInterpreterPlugin, tasks annotated executor='interpreters'"
+            if interpreters
+            else "the worker's default ThreadPoolExecutor"
+        )
         return _timing.batch_result(
-            meters, tasks,
-            f"LocalCluster(n_workers=1, threads_per_worker={workers}, processes=True); {kind}")
+            meters,
+            tasks,
+            f"LocalCluster(n_workers=1, threads_per_worker={workers}, processes=True); {kind}",
+        )
 
     return run
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "tasks/s (median)", "min", "max", "vs dask threads",
-                           *_report.LOAD_HEADERS])
+    table = _report.Table(
+        ["contender", "tasks/s (median)", "min", "max", "vs dask threads", *_report.LOAD_HEADERS]
+    )
     med: dict[str, float] = {}
     for name, good in table.each(results):
         rates = _stats.collect(good, "rate")
@@ -82,8 +97,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         table.set(name, 4, _report.fmt_ratio(_stats.ratio(rate, threads)))
     speedup = _stats.ratio(med.get("dask interpreters"), threads)
     targets = [
-        _report.Target("Dask worker: interpreter executor / thread executor throughput",
-                       speedup, ">=", 1.7, note="1 worker, 2 threads, 2 cores"),
+        _report.Target(
+            "Dask worker: interpreter executor / thread executor throughput",
+            speedup,
+            ">=",
+            1.7,
+            note="1 worker, 2 threads, 2 cores",
+        ),
     ]
     notes = [
         f"Task: spin(n={params['n']:,}), calibrated to ~{params['task_seconds']} s in the parent "
@@ -94,19 +114,28 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _report.LOAD_NOTE,
         *table.infos,
     ]
-    return _report.Report([table.section()], targets, notes,
-                          {"median_tasks_per_s": med, "interpreters_vs_threads": speedup})
+    return _report.Report(
+        [table.section()],
+        targets,
+        notes,
+        {"median_tasks_per_s": med, "interpreters_vs_threads": speedup},
+    )
 
 
 if __name__ == "__main__":
-    contenders = {"serial": _timing.serial_spin("one plain process, no Dask"),
-                  "dask threads": dask_contender(False), "dask interpreters": dask_contender(True)}
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_dask: pure-Python CPU tasks on a 1-worker, 2-thread Dask LocalCluster",
-        contenders=contenders,
-        full={"tasks": 40, "task_seconds": 0.05, "batches": 3, "rounds": 3},
-        quick={"tasks": 16, "task_seconds": 0.02, "batches": 1, "rounds": 1},
-        report=report,
-        prepare=_timing.calibrate_spin,
-    ))
+    contenders = {
+        "serial": _timing.serial_spin("one plain process, no Dask"),
+        "dask threads": dask_contender(False),
+        "dask interpreters": dask_contender(True),
+    }
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_dask: pure-Python CPU tasks on a 1-worker, 2-thread Dask LocalCluster",
+            contenders=contenders,
+            full={"tasks": 40, "task_seconds": 0.05, "batches": 3, "rounds": 3},
+            quick={"tasks": 16, "task_seconds": 0.02, "batches": 1, "rounds": 1},
+            report=report,
+            prepare=_timing.calibrate_spin,
+        )
+    )

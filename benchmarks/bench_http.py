@@ -104,14 +104,18 @@ STREAMER = "aiosubinterp"  # the kind of contender that also measures /stream
 ANCHOR = "to_thread"
 APPS = {  # --app -> the example it serves, and what it prints once it listens
     "aiohttp": (os.path.join(_harness.REPO, "examples", "aiohttp_app.py"), "Running on"),
-    "starlette": (os.path.join(_harness.REPO, "examples", "starlette_app.py"),
-                  "Uvicorn running on"),
+    "starlette": (
+        os.path.join(_harness.REPO, "examples", "starlette_app.py"),
+        "Uvicorn running on",
+    ),
     "fastapi": (os.path.join(_harness.REPO, "examples", "fastapi_app.py"), "Uvicorn running on"),
 }
 APP_CHOICES = {"both": ("aiohttp", "starlette"), "all": tuple(APPS)}  # --app groups
-APP_LABELS = {"aiohttp": "aiohttp on uvloop",
-              "starlette": "Starlette under uvicorn (uvloop, httptools)",
-              "fastapi": "FastAPI under uvicorn (uvloop, httptools)"}
+APP_LABELS = {
+    "aiohttp": "aiohttp on uvloop",
+    "starlette": "Starlette under uvicorn (uvloop, httptools)",
+    "fastapi": "FastAPI under uvicorn (uvloop, httptools)",
+}
 HEAVY = {"aiohttp": "/primes", "starlette": "/primes", "fastapi": "/score"}  # the CPU route
 STREAMING = ("aiohttp", "starlette")  # the apps with /stream (and --max-streams)
 SCORE_ITEMS = 4  # items of FastAPI's /score body
@@ -145,28 +149,42 @@ def find_wrk(*, install: bool = True) -> str:
         return found
     apt = shutil.which("apt-get")
     if not install or apt is None or os.geteuid() != 0:
-        why = ("not root" if apt and os.geteuid() != 0
-               else "no apt-get here" if apt is None else "installing is off")
-        raise SystemExit(f"bench_http: wrk (the HTTP load generator) is not on PATH and was "
-                         f"not installed ({why}); {INSTALL_HINT}")
+        why = (
+            "not root"
+            if apt and os.geteuid() != 0
+            else "no apt-get here"
+            if apt is None
+            else "installing is off"
+        )
+        raise SystemExit(
+            f"bench_http: wrk (the HTTP load generator) is not on PATH and was "
+            f"not installed ({why}); {INSTALL_HINT}"
+        )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for attempt in ("install", "update", "install"):
-        cmd = [apt, "-y", "-q", "install", "wrk"] if attempt == "install" else [apt, "-q",
-                                                                                "update"]
-        print(f"bench_http: wrk is not on PATH; running `{' '.join(cmd)}` (root, Debian "
-              "package)", file=sys.stderr, flush=True)
+        cmd = [apt, "-y", "-q", "install", "wrk"] if attempt == "install" else [apt, "-q", "update"]
+        print(
+            f"bench_http: wrk is not on PATH; running `{' '.join(cmd)}` (root, Debian package)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SystemExit(f"bench_http: `{' '.join(cmd)}` failed: {exc}; "
-                             f"{INSTALL_HINT}") from None
+            raise SystemExit(
+                f"bench_http: `{' '.join(cmd)}` failed: {exc}; {INSTALL_HINT}"
+            ) from None
         found = shutil.which("wrk")
         if found:
             print(f"bench_http: installed {found}", file=sys.stderr, flush=True)
             return found
         if proc.returncode != 0:
-            print(f"bench_http: `{' '.join(cmd)}` exited {proc.returncode}: "
-                  f"{proc.stderr.strip()[-400:]}", file=sys.stderr, flush=True)
+            print(
+                f"bench_http: `{' '.join(cmd)}` exited {proc.returncode}: "
+                f"{proc.stderr.strip()[-400:]}",
+                file=sys.stderr,
+                flush=True,
+            )
     raise SystemExit(f"bench_http: could not install wrk with apt-get; {INSTALL_HINT}")
 
 
@@ -205,8 +223,10 @@ def _fastapi_interpreters_unavailable() -> str | None:
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return "fallback='copy' is refused on free-threaded builds"
     if sys.version_info[:2] == (3, 12):
-        return ("examples/fastapi_app.py refuses --mode interpreters on CPython 3.12 (pydantic "
-                "in several interpreters' copies of pydantic-core aborts the process there)")
+        return (
+            "examples/fastapi_app.py refuses --mode interpreters on CPython 3.12 (pydantic "
+            "in several interpreters' copies of pydantic-core aborts the process there)"
+        )
     return None
 
 
@@ -220,11 +240,12 @@ def _fastapi_unavailable() -> str | None:
 
 for _kind in MODES:  # the parent skips these, with the reason
     _contenders.AVAILABILITY[contender_name("fastapi", _kind)] = (
-        _fastapi_interpreters_unavailable if _kind == STREAMER else _fastapi_unavailable)
+        _fastapi_interpreters_unavailable if _kind == STREAMER else _fastapi_unavailable
+    )
 
 
 def _and(words: Iterable[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
+    """ "a", "a and b", "a, b and c"."""
     *head, last = list(words)
     return f"{', '.join(head)} and {last}" if head else last
 
@@ -280,16 +301,20 @@ def parse_wrk_text(text: str) -> dict[str, Any]:
         out["bytes"] = parse_size(m.group(3))
     m = re.search(r"^\s*Latency\s+(\S+)\s+(\S+)\s+(\S+)\s+\S+%", text, re.M)
     if m:
-        out["latency"].update(avg=parse_duration(m.group(1)), stdev=parse_duration(m.group(2)),
-                              max=parse_duration(m.group(3)))
+        out["latency"].update(
+            avg=parse_duration(m.group(1)),
+            stdev=parse_duration(m.group(2)),
+            max=parse_duration(m.group(3)),
+        )
     dist = text.split("Latency Distribution", 1)
     if len(dist) == 2:
         for q, value in re.findall(r"^\s*([\d.]+)%\s+(\S+)\s*$", dist[1], re.M):
             out["latency"][f"p{float(q):g}"] = parse_duration(value)
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if m:
-        out["errors"].update(zip(("connect", "read", "write", "timeout"),
-                                 map(int, m.groups()), strict=True))
+        out["errors"].update(
+            zip(("connect", "read", "write", "timeout"), map(int, m.groups()), strict=True)
+        )
     m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     if m:
         out["errors"]["status"] = int(m.group(1))
@@ -305,7 +330,7 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
     found = None
     for line in text.splitlines():
         if line.startswith(WRK_MARK):
-            found = json.loads(line[len(WRK_MARK):])
+            found = json.loads(line[len(WRK_MARK) :])
     if found is None:
         raise ValueError("no '@@wrk' line in wrk's output (was it run with -s _wrk_report.lua?)")
     seconds = found["duration_us"] / 1e6
@@ -314,8 +339,9 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
     found["bytes_per_s"] = found["bytes"] / seconds if seconds > 0 else math.nan
     # No request completed: wrk's histogram is empty and says 0; that is no latency.
     answered = found["requests"] > 0
-    ms = {f"p{float(q):g}": v / 1000 if answered else math.nan
-          for q, v in lat["percentiles"].items()}
+    ms = {
+        f"p{float(q):g}": v / 1000 if answered else math.nan for q, v in lat["percentiles"].items()
+    }
     ms.update({k: lat[k] / 1000 if answered else math.nan for k in ("min", "max", "mean")})
     found["latency_ms"] = ms
     found["errors_total"] = sum(found["errors"].values())
@@ -325,8 +351,7 @@ def parse_wrk_report(text: str) -> dict[str, Any]:
 # ------------------------------------------------------------------- targets
 
 
-def targets_of(summary: dict[str, dict[str, float]],
-               app: str = "aiohttp") -> list[_report.Target]:
+def targets_of(summary: dict[str, dict[str, float]], app: str = "aiohttp") -> list[_report.Target]:
     """The three targets for ``app`` from report()'s summary.
 
     Against that app's own to_thread; NaN (no verdict) where a figure is
@@ -337,18 +362,32 @@ def targets_of(summary: dict[str, dict[str, float]],
     nan = math.nan
     heavy = HEAVY[app]
     targets = [
-        _report.Target(f"{app}: /ping p99 while {heavy} is loaded / to_thread's",
-                       _stats.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
-                       "<=", LIGHT_P99_MAX, note="asyncio.to_thread, 2 threads"),
-        _report.Target(f"{app}: {heavy} req/s under load / to_thread's",
-                       _stats.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
-                       ">=", HEAVY_RPS_MIN, note="asyncio.to_thread, 2 threads"),
+        _report.Target(
+            f"{app}: /ping p99 while {heavy} is loaded / to_thread's",
+            _stats.ratio(ours.get("light_p99_ms", nan), anchor.get("light_p99_ms")),
+            "<=",
+            LIGHT_P99_MAX,
+            note="asyncio.to_thread, 2 threads",
+        ),
+        _report.Target(
+            f"{app}: {heavy} req/s under load / to_thread's",
+            _stats.ratio(ours.get("heavy_rps", nan), anchor.get("heavy_rps")),
+            ">=",
+            HEAVY_RPS_MIN,
+            note="asyncio.to_thread, 2 threads",
+        ),
     ]
     if app in STREAMING:
-        targets.append(_report.Target(
-            f"{app}: streaming from an interpreter to a loopback client",
-            ours.get("stream_mib_s", nan), ">=", STREAM_MIB_S_MIN, unit="MiB/s",
-            note="absolute (1 MiB chunks through open_channel(2))"))
+        targets.append(
+            _report.Target(
+                f"{app}: streaming from an interpreter to a loopback client",
+                ours.get("stream_mib_s", nan),
+                ">=",
+                STREAM_MIB_S_MIN,
+                unit="MiB/s",
+                note="absolute (1 MiB chunks through open_channel(2))",
+            )
+        )
     return targets
 
 
@@ -364,8 +403,9 @@ def _free_port() -> int:
 class Server:
     """examples/<app>_app.py in a child process, its output in a temporary file."""
 
-    def __init__(self, mode: str, loop: str, workers: int, max_streams: int,
-                 app: str = "aiohttp") -> None:
+    def __init__(
+        self, mode: str, loop: str, workers: int, max_streams: int, app: str = "aiohttp"
+    ) -> None:
         self.port = _free_port()
         self.log = tempfile.TemporaryFile("w+")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -374,9 +414,22 @@ class Server:
         loop_args = ["--loop", loop] if app == "aiohttp" else []
         stream_args = ["--max-streams", str(max_streams)] if app in STREAMING else []
         self.proc = subprocess.Popen(
-            [sys.executable, script, "--port", str(self.port), "--mode", mode, *loop_args,
-             "--workers", str(workers), *stream_args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            [
+                sys.executable,
+                script,
+                "--port",
+                str(self.port),
+                "--mode",
+                mode,
+                *loop_args,
+                "--workers",
+                str(workers),
+                *stream_args,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         self.base = f"http://127.0.0.1:{self.port}"
         self.body_file: str | None = None  # the body wrk POSTs (FastAPI's /score)
 
@@ -392,8 +445,10 @@ class Server:
             if self.ready in out:
                 return next((ln for ln in out.splitlines() if ln.startswith("event loop")), "")
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the app exited with {self.proc.returncode} before serving: "
-                                   f"{out.strip()[-600:]}")
+                raise RuntimeError(
+                    f"the app exited with {self.proc.returncode} before serving: "
+                    f"{out.strip()[-600:]}"
+                )
             time.sleep(0.05)
         raise RuntimeError(f"the app did not serve within {timeout:g} s: {self.output()[-600:]}")
 
@@ -412,11 +467,27 @@ class Server:
         return self.proc.returncode
 
 
-def _wrk_cmd(wrk: str, url: str, seconds: float, connections: int, *, latency: bool = False,
-             delay_ms: float = 0, body_file: str | None = None) -> list[str]:
+def _wrk_cmd(
+    wrk: str,
+    url: str,
+    seconds: float,
+    connections: int,
+    *,
+    latency: bool = False,
+    delay_ms: float = 0,
+    body_file: str | None = None,
+) -> list[str]:
     """wrk's command; with ``body_file``, each request POSTs that file's JSON (the Lua script)."""
-    cmd = [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
-           "-s", LUA]
+    cmd = [
+        wrk,
+        "-t1",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "10s",
+        "-s",
+        LUA,
+    ]
     if latency:
         cmd.append("--latency")
     return [*cmd, url, "--", f"{delay_ms:g}", *([body_file] if body_file else [])]
@@ -424,8 +495,9 @@ def _wrk_cmd(wrk: str, url: str, seconds: float, connections: int, *, latency: b
 
 def run_wrks(cmds: Sequence[list[str]], seconds: float) -> list[dict[str, Any]]:
     """Run the wrk commands at the same time; each one's parsed report, and its text."""
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for c in cmds]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds
+    ]
     results = []
     for cmd, proc in zip(cmds, procs, strict=True):
         try:
@@ -435,8 +507,9 @@ def run_wrks(cmds: Sequence[list[str]], seconds: float) -> list[dict[str, Any]]:
                 p.kill()
             raise RuntimeError(f"wrk did not finish: {' '.join(cmd)}") from None
         if proc.returncode != 0:
-            raise RuntimeError(f"wrk exited {proc.returncode}: {' '.join(cmd)}: "
-                               f"{(err or out).strip()[-400:]}")
+            raise RuntimeError(
+                f"wrk exited {proc.returncode}: {' '.join(cmd)}: {(err or out).strip()[-400:]}"
+            )
         rep = parse_wrk_report(out)
         rep["text"] = parse_wrk_text(out)
         results.append(rep)
@@ -468,8 +541,9 @@ def check_heavy(app: str, kind: str, server: Server, params: dict[str, Any]) -> 
         url = f"{server.base}/primes?n={n}"
         got = json.loads(_get(url))
         if got != {"n": n, "primes": params["primes_expected"]}:
-            raise AssertionError(f"/primes?n={n} answered {got}, expected "
-                                 f"{params['primes_expected']} primes")
+            raise AssertionError(
+                f"/primes?n={n} answered {got}, expected {params['primes_expected']} primes"
+            )
         return url
     body = score_body(params["score_n"])
     url = f"{server.base}/score"
@@ -490,28 +564,54 @@ def contender(name: str):
 
     def run(params: dict[str, Any], loop: str) -> dict[str, Any]:
         wrk, seconds = params["wrk"], params["seconds"]
-        server = Server(MODES[kind], params["server_loop"], _contenders.WORKERS,
-                        params["stream_connections"], app)
+        server = Server(
+            MODES[kind],
+            params["server_loop"],
+            _contenders.WORKERS,
+            params["stream_connections"],
+            app,
+        )
         try:
             loop_line = server.wait_ready()
             # One answer checked by hand; wrk then counts only status codes.
             heavy_url = check_heavy(app, kind, server, params)
             body = server.body_file
             if params["warmup_seconds"]:
-                run_wrks([_wrk_cmd(wrk, heavy_url, params["warmup_seconds"],
-                                   params["heavy_connections"], body_file=body)],
-                         params["warmup_seconds"])
+                run_wrks(
+                    [
+                        _wrk_cmd(
+                            wrk,
+                            heavy_url,
+                            params["warmup_seconds"],
+                            params["heavy_connections"],
+                            body_file=body,
+                        )
+                    ],
+                    params["warmup_seconds"],
+                )
             with _machine.Meter() as meter:
-                heavy, light = run_wrks([
-                    _wrk_cmd(wrk, heavy_url, seconds, params["heavy_connections"],
-                             body_file=body),
-                    _wrk_cmd(wrk, f"{server.base}/ping", seconds, 1, latency=True,
-                             delay_ms=params["light_delay_ms"]),
-                ], seconds)
+                heavy, light = run_wrks(
+                    [
+                        _wrk_cmd(
+                            wrk, heavy_url, seconds, params["heavy_connections"], body_file=body
+                        ),
+                        _wrk_cmd(
+                            wrk,
+                            f"{server.base}/ping",
+                            seconds,
+                            1,
+                            latency=True,
+                            delay_ms=params["light_delay_ms"],
+                        ),
+                    ],
+                    seconds,
+                )
             out: dict[str, Any] = {
-                "heavy": heavy, "light": light, **meter.result(),
+                "heavy": heavy,
+                "light": light,
+                **meter.result(),
                 "info": f"examples/{app}_app.py --mode {MODES[kind]} --workers "
-                        f"{_contenders.WORKERS}; {loop_line}",
+                f"{_contenders.WORKERS}; {loop_line}",
             }
             if kind == STREAMER and app in STREAMING:
                 count, size = params["stream_count"], params["stream_size"]
@@ -520,9 +620,14 @@ def contender(name: str):
                 if len(head) != 2 * size or not head.startswith(b"00000000 "):
                     raise AssertionError(f"/stream answered {len(head)} bytes, not 2 x {size}")
                 with _machine.Meter() as smeter:
-                    (stream,) = run_wrks([_wrk_cmd(wrk, url, params["stream_seconds"],
-                                                   params["stream_connections"])],
-                                         params["stream_seconds"])
+                    (stream,) = run_wrks(
+                        [
+                            _wrk_cmd(
+                                wrk, url, params["stream_seconds"], params["stream_connections"]
+                            )
+                        ],
+                        params["stream_seconds"],
+                    )
                 out["stream"] = stream
                 out["stream_meter"] = smeter.result()
         finally:
@@ -539,6 +644,7 @@ def contender(name: str):
 
 def _calibrate(fn: Any, n: int, target: float, low: int) -> tuple[int, float]:
     """(n, seconds): the n for which fn(n) takes ~target seconds here, and its time."""
+
     def best(n: int) -> float:
         times = []
         for _ in range(5):  # the fastest of 5: other load on the machine only slows
@@ -568,8 +674,13 @@ def prepare_score(params: dict[str, Any]) -> dict[str, Any]:
 
     n, seconds = _calibrate(score, 5_000, params["heavy_ms"] / 1000, 100)
     answer = score(n)
-    params.update(score_items=SCORE_ITEMS, score_n=n, score_ms=round(seconds * 1000, 2),
-                  score_total=answer["total"], score_best=answer["best"])
+    params.update(
+        score_items=SCORE_ITEMS,
+        score_n=n,
+        score_ms=round(seconds * 1000, 2),
+        score_total=answer["total"],
+        score_best=answer["best"],
+    )
     return params
 
 
@@ -616,59 +727,99 @@ def _ms(x: float, digits: int = 2) -> str:
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     apps = apps_in(list(results))
     heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps)) or "/primes"
-    load = _report.Table(["contender", "/ping p50 ms", "/ping p99 ms", "/ping max ms",
-                          "/ping req", "p99 / to_thread's", f"{heavy} req/s",
-                          "req/s / to_thread's", f"{heavy} p50 ms", "errors",
-                          *_report.LOAD_HEADERS], heading="#### Under load")
-    stream = _report.Table(["contender", "MiB/s", "min", "max", "streams done", "chunk",
-                            *_report.LOAD_HEADERS], heading="#### Streaming")
+    load = _report.Table(
+        [
+            "contender",
+            "/ping p50 ms",
+            "/ping p99 ms",
+            "/ping max ms",
+            "/ping req",
+            "p99 / to_thread's",
+            f"{heavy} req/s",
+            "req/s / to_thread's",
+            f"{heavy} p50 ms",
+            "errors",
+            *_report.LOAD_HEADERS,
+        ],
+        heading="#### Under load",
+    )
+    stream = _report.Table(
+        ["contender", "MiB/s", "min", "max", "streams done", "chunk", *_report.LOAD_HEADERS],
+        heading="#### Streaming",
+    )
     summary: dict[str, dict[str, float]] = {}
     for name, good in load.each(results):
         med = _stats.median
         lp50 = med([r["light"]["latency_ms"]["p50"] for r in good])
         lp99 = med([r["light"]["latency_ms"]["p99"] for r in good])
-        lmax = max((v for r in good if not math.isnan(v := r["light"]["latency_ms"]["max"])),
-                   default=math.nan)
+        lmax = max(
+            (v for r in good if not math.isnan(v := r["light"]["latency_ms"]["max"])),
+            default=math.nan,
+        )
         rps = med([r["heavy"]["requests_per_s"] for r in good])
-        summary[name] = {"light_p50_ms": lp50, "light_p99_ms": lp99, "light_max_ms": lmax,
-                         "heavy_rps": rps,
-                         "heavy_p50_ms": med([r["heavy"]["latency_ms"]["p50"] for r in good]),
-                         "cpu_per_wall": med(_stats.collect(good, "cpu_per_wall")),
-                         "other_cores": med(_stats.collect(good, "other_cores"))}
+        summary[name] = {
+            "light_p50_ms": lp50,
+            "light_p99_ms": lp99,
+            "light_max_ms": lmax,
+            "heavy_rps": rps,
+            "heavy_p50_ms": med([r["heavy"]["latency_ms"]["p50"] for r in good]),
+            "cpu_per_wall": med(_stats.collect(good, "cpu_per_wall")),
+            "other_cores": med(_stats.collect(good, "other_cores")),
+        }
         errors = sum(r["light"]["errors_total"] + r["heavy"]["errors_total"] for r in good)
-        load.add(name, _ms(lp50), _ms(lp99), _ms(lmax),
-                 f"{sum(r['light']['requests'] for r in good):,}", "", f"{rps:,.1f}", "",
-                 _ms(summary[name]["heavy_p50_ms"], 1), str(errors), *_report.load_cells(good))
+        load.add(
+            name,
+            _ms(lp50),
+            _ms(lp99),
+            _ms(lmax),
+            f"{sum(r['light']['requests'] for r in good):,}",
+            "",
+            f"{rps:,.1f}",
+            "",
+            _ms(summary[name]["heavy_p50_ms"], 1),
+            str(errors),
+            *_report.load_cells(good),
+        )
         streams = [r["stream"] for r in good if "stream" in r]
         if streams:
             rates = [s["bytes_per_s"] / (1 << 20) for s in streams]
             summary[name]["stream_mib_s"] = med(rates)
             cells = _report.rate_cells(rates, 0)
             meters = [r["stream_meter"] for r in good if "stream_meter" in r]
-            stream.add(name, *cells, f"{sum(s['requests'] for s in streams):,}",
-                       f"{params['stream_size'] >> 10} KiB",
-                       *_report.load_cells(meters))
+            stream.add(
+                name,
+                *cells,
+                f"{sum(s['requests'] for s in streams):,}",
+                f"{params['stream_size'] >> 10} KiB",
+                *_report.load_cells(meters),
+            )
     for name, s in summary.items():
         anchor = summary.get(contender_name(split_name(name)[0], ANCHOR), {})
-        load.set(name, 5, _report.fmt_ratio(_stats.ratio(s["light_p99_ms"],
-                                                         anchor.get("light_p99_ms"))))
-        load.set(name, 7, _report.fmt_ratio(_stats.ratio(s["heavy_rps"],
-                                                         anchor.get("heavy_rps"))))
+        load.set(
+            name, 5, _report.fmt_ratio(_stats.ratio(s["light_p99_ms"], anchor.get("light_p99_ms")))
+        )
+        load.set(name, 7, _report.fmt_ratio(_stats.ratio(s["heavy_rps"], anchor.get("heavy_rps"))))
     targets = [t for app in apps for t in targets_of(summary, app)]
     seconds = params["seconds"]
-    servers = {"aiohttp": f"examples/aiohttp_app.py on {params['server_loop']}",
-               "starlette": "examples/starlette_app.py under uvicorn (uvloop, httptools)",
-               "fastapi": "examples/fastapi_app.py under uvicorn (uvloop, httptools)"}
+    servers = {
+        "aiohttp": f"examples/aiohttp_app.py on {params['server_loop']}",
+        "starlette": "examples/starlette_app.py under uvicorn (uvloop, httptools)",
+        "fastapi": "examples/fastapi_app.py under uvicorn (uvloop, httptools)",
+    }
     work = []
     if set(apps) & set(STREAMING):
-        work.append(f"/primes?n={params['primes_n']} counts primes in pure Python "
-                    f"(~{params['primes_ms']} ms here)")
+        work.append(
+            f"/primes?n={params['primes_n']} counts primes in pure Python "
+            f"(~{params['primes_ms']} ms here)"
+        )
     if "fastapi" in apps and "score_n" in params:
-        work.append(f"POST /score: a JSON body of {params['score_items']} items of "
-                    f"n={params['score_n']}, validated by pydantic (model_validate_json, in the "
-                    "worker: InterpreterPool(fallback='copy') loads a private copy of "
-                    "pydantic-core in each interpreter), their primes counted, answered with "
-                    f"model_dump_json (~{params['score_ms']} ms here)")
+        work.append(
+            f"POST /score: a JSON body of {params['score_items']} items of "
+            f"n={params['score_n']}, validated by pydantic (model_validate_json, in the "
+            "worker: InterpreterPool(fallback='copy') loads a private copy of "
+            "pydantic-core in each interpreter), their primes counted, answered with "
+            f"model_dump_json (~{params['score_ms']} ms here)"
+        )
     notes = [
         f"Server: {_and(servers[a] for a in apps)}, one fresh process per "
         f"contender (APP/MODE) and round; ratios are to the same app's to_thread; "
@@ -679,12 +830,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         "before each request. /ping percentiles are exact (wrk's histogram, done() hook), "
         "medians over rounds; max is the worst of all rounds; errors: socket errors and "
         "non-2xx answers of both wrks.",
-        *([f"Streaming ({params['stream_seconds']} s): -t1 -c{params['stream_connections']} on "
-           f"/stream?count={params['stream_count']}&size={params['stream_size']}: each request a "
-           f"chunked body of {params['stream_count']} chunks of {params['stream_size'] >> 10} "
-           "KiB produced in an interpreter and sent through open_channel(2); MiB/s = response "
-           "bytes read by wrk per second (its Transfer/sec)."]
-          if set(apps) & set(STREAMING) else []),
+        *(
+            [
+                f"Streaming ({params['stream_seconds']} s): -t1 -c{params['stream_connections']} on "  # noqa: E501
+                f"/stream?count={params['stream_count']}&size={params['stream_size']}: each request a "  # noqa: E501
+                f"chunked body of {params['stream_count']} chunks of {params['stream_size'] >> 10} "
+                "KiB produced in an interpreter and sent through open_channel(2); MiB/s = response "
+                "bytes read by wrk per second (its Transfer/sec)."
+            ]
+            if set(apps) & set(STREAMING)
+            else []
+        ),
         "CPU/wall includes wrk's own CPU time (it runs in the contender's process tree). "
         + _report.LOAD_NOTE,
         *load.infos,
@@ -699,8 +855,9 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 # ------------------------------------------------------------------ the chart
 
 
-def draw_chart(path: str, summary: dict[str, dict[str, float]],
-               targets: list[_report.Target], subtitle: str) -> None:
+def draw_chart(
+    path: str, summary: dict[str, dict[str, float]], targets: list[_report.Target], subtitle: str
+) -> None:
     """Per app, a column of three panels: /ping p99 under load, heavy req/s, streaming MiB/s.
 
     An app without /stream (FastAPI) says so in its third panel.
@@ -716,8 +873,11 @@ def draw_chart(path: str, summary: dict[str, dict[str, float]],
     fig = Figure(figsize=(11 * len(apps), 8.6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
     heavy = " or ".join(dict.fromkeys(HEAVY[a] for a in apps))
-    fig.suptitle(f"{_and(APP_LABELS[a] for a in apps)} under wrk load: where the "
-                 f"CPU-heavy endpoint {heavy} runs\n" + subtitle, fontsize=11)
+    fig.suptitle(
+        f"{_and(APP_LABELS[a] for a in apps)} under wrk load: where the "
+        f"CPU-heavy endpoint {heavy} runs\n" + subtitle,
+        fontsize=11,
+    )
     grid = fig.subplots(3, len(apps), height_ratios=[rows + 0.6, rows + 0.6, 1.8], squeeze=False)
     for column, app in enumerate(apps):
         mine = [t for t in targets if t.what.startswith(f"{app}: ")]
@@ -726,8 +886,9 @@ def draw_chart(path: str, summary: dict[str, dict[str, float]],
     fig.savefig(path, metadata={"Title": f"bench_http: {names} under wrk load"})
 
 
-def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
-              targets: list[_report.Target]) -> None:
+def _draw_app(
+    axes: list[Any], app: str, summary: dict[str, dict[str, float]], targets: list[_report.Target]
+) -> None:
     """The three panels of one app (the third one empty but for a note without /stream)."""
     kinds = [k for k in MODES if contender_name(app, k) in summary]
     mine = {k: summary[contender_name(app, k)] for k in kinds}
@@ -735,53 +896,104 @@ def _draw_app(axes: list[Any], app: str, summary: dict[str, dict[str, float]],
     anchor = mine.get(ANCHOR, {})
     # What the contender got of the machine: a reader of the picture alone
     # must see when other load left it less than 2 cores.
-    labels = [LABELS[k] + (",\nfallback='copy'" if (app, k) == ("fastapi", STREAMER) else "")
-              + ("" if math.isnan(mine[k].get("cpu_per_wall", math.nan))
-                           else f"\nused {mine[k]['cpu_per_wall']:.2f} cores, others "
-                                f"{mine[k]['other_cores']:.2f}")
-              for k in kinds]
+    labels = [
+        LABELS[k]
+        + (",\nfallback='copy'" if (app, k) == ("fastapi", STREAMER) else "")
+        + (
+            ""
+            if math.isnan(mine[k].get("cpu_per_wall", math.nan))
+            else f"\nused {mine[k]['cpu_per_wall']:.2f} cores, others {mine[k]['other_cores']:.2f}"
+        )
+        for k in kinds
+    ]
     light, heavy = targets[:2]
     route = HEAVY[app]
-    _bars(axes[0], labels, [mine[k].get("light_p99_ms", math.nan) for k in kinds], colours,
-          "ms", anchor.get("light_p99_ms", math.nan) * LIGHT_P99_MAX,
-          f"target: <= {LIGHT_P99_MAX:g} x to_thread's p99 = {{limit}}", log=True)
-    _title(axes[0], f"{app}: /ping p99 latency while {route} is loaded (lower is better)",
-           light)
-    axes[0].set_xlabel(axes[0].get_xlabel() + "; used: cores of CPU time of the server and wrk "
-                       "(medians), others: the rest of the machine")
-    _bars(axes[1], labels, [mine[k].get("heavy_rps", math.nan) for k in kinds], colours,
-          "req/s", anchor.get("heavy_rps", math.nan) * HEAVY_RPS_MIN,
-          f"target: >= {HEAVY_RPS_MIN:g} x to_thread's = {{limit}}", log=False)
-    _title(axes[1], f"{app}: {route} requests per second under load (higher is better)",
-           heavy)
+    _bars(
+        axes[0],
+        labels,
+        [mine[k].get("light_p99_ms", math.nan) for k in kinds],
+        colours,
+        "ms",
+        anchor.get("light_p99_ms", math.nan) * LIGHT_P99_MAX,
+        f"target: <= {LIGHT_P99_MAX:g} x to_thread's p99 = {{limit}}",
+        log=True,
+    )
+    _title(axes[0], f"{app}: /ping p99 latency while {route} is loaded (lower is better)", light)
+    axes[0].set_xlabel(
+        axes[0].get_xlabel() + "; used: cores of CPU time of the server and wrk "
+        "(medians), others: the rest of the machine"
+    )
+    _bars(
+        axes[1],
+        labels,
+        [mine[k].get("heavy_rps", math.nan) for k in kinds],
+        colours,
+        "req/s",
+        anchor.get("heavy_rps", math.nan) * HEAVY_RPS_MIN,
+        f"target: >= {HEAVY_RPS_MIN:g} x to_thread's = {{limit}}",
+        log=False,
+    )
+    _title(axes[1], f"{app}: {route} requests per second under load (higher is better)", heavy)
     if len(targets) < 3:
         axes[2].set_axis_off()
-        axes[2].text(0.5, 0.5, f"{app}: no /stream in this app (streaming is measured on the "
-                     "aiohttp and Starlette apps)", ha="center", va="center", fontsize=10,
-                     transform=axes[2].transAxes)
+        axes[2].text(
+            0.5,
+            0.5,
+            f"{app}: no /stream in this app (streaming is measured on the "
+            "aiohttp and Starlette apps)",
+            ha="center",
+            va="center",
+            fontsize=10,
+            transform=axes[2].transAxes,
+        )
         return
     streaming = targets[2]
-    _bars(axes[2], ["aiosubinterp InterpreterPool(2):\n/stream, 1 MiB chunks\nthrough a channel"],
-          [mine.get(STREAMER, {}).get("stream_mib_s", math.nan)], ["tab:blue"], "MiB/s",
-          STREAM_MIB_S_MIN, f"target: >= {STREAM_MIB_S_MIN:g} MB/s, drawn at {{limit}} (stricter)",
-          log=False)
-    _title(axes[2], f"{app}: streaming a body produced in an interpreter to wrk (higher is "
-           "better)", streaming)
+    _bars(
+        axes[2],
+        ["aiosubinterp InterpreterPool(2):\n/stream, 1 MiB chunks\nthrough a channel"],
+        [mine.get(STREAMER, {}).get("stream_mib_s", math.nan)],
+        ["tab:blue"],
+        "MiB/s",
+        STREAM_MIB_S_MIN,
+        f"target: >= {STREAM_MIB_S_MIN:g} MB/s, drawn at {{limit}} (stricter)",
+        log=False,
+    )
+    _title(
+        axes[2],
+        f"{app}: streaming a body produced in an interpreter to wrk (higher is better)",
+        streaming,
+    )
     axes[2].set_xlabel("MiB/s of response body read by wrk (1 MiB = 2**20 bytes)")
 
 
 def _title(ax: Any, text: str, target: _report.Target) -> None:
     colour = {"PASS": "tab:green", "MISS": "tab:red"}.get(target.verdict, "black")
     ax.set_title(text, loc="left", fontsize=10)
-    measured = (_report.fmt_ratio(target.measured) if target.unit == "x"
-                else _report.fmt(target.measured, 0, " " + target.unit))
-    ax.set_title(f"{target.verdict}: {measured} (target {target.op} {target.limit:g}"
-                 f"{'x' if target.unit == 'x' else ' ' + target.unit})", loc="right",
-                 fontsize=10, color=colour)
+    measured = (
+        _report.fmt_ratio(target.measured)
+        if target.unit == "x"
+        else _report.fmt(target.measured, 0, " " + target.unit)
+    )
+    ax.set_title(
+        f"{target.verdict}: {measured} (target {target.op} {target.limit:g}"
+        f"{'x' if target.unit == 'x' else ' ' + target.unit})",
+        loc="right",
+        fontsize=10,
+        color=colour,
+    )
 
 
-def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], unit: str,
-          limit: float, limit_label: str, *, log: bool) -> None:
+def _bars(
+    ax: Any,
+    labels: list[str],
+    values: list[float],
+    colours: list[str],
+    unit: str,
+    limit: float,
+    limit_label: str,
+    *,
+    log: bool,
+) -> None:
     ys = list(range(len(labels)))
     ax.barh(ys, [0 if math.isnan(v) else v for v in values], color=colours, height=0.6)
     ax.set_yticks(ys, labels, fontsize=9)
@@ -800,21 +1012,39 @@ def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], u
         else:
             text = f"{v:,.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
             x = v * 1.08 if log else v + top * 0.01
-        ax.text(x, y, text, va="center", fontsize=9,
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.text(
+            x,
+            y,
+            text,
+            va="center",
+            fontsize=9,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
     ax.set_ylim(len(labels) - 0.5, -1.2)  # a strip above the bars for the target's label
     if not math.isnan(limit):
         ax.axvline(limit, color="black", linestyle="--", linewidth=1.5)
         left, right = ax.get_xlim()
         # The label on the side of the line with room for it.
-        at_right = (math.log(limit / left) / math.log(right / left) if log
-                    else (limit - left) / (right - left)) < 0.6
-        ax.text(limit * (1.04 if at_right else 0.96) if log
-                else limit + (1 if at_right else -1) * top * 0.01, -0.85,
-                limit_label.format(limit=f"{limit:,.3g} {unit}"), va="center", fontsize=8,
-                ha="left" if at_right else "right")
-    ax.set_xlabel(unit + (" (log scale)" if log else "")
-                  + ("; blue: aiosubinterp" if "tab:gray" in colours else ""))
+        at_right = (
+            math.log(limit / left) / math.log(right / left)
+            if log
+            else (limit - left) / (right - left)
+        ) < 0.6
+        ax.text(
+            limit * (1.04 if at_right else 0.96)
+            if log
+            else limit + (1 if at_right else -1) * top * 0.01,
+            -0.85,
+            limit_label.format(limit=f"{limit:,.3g} {unit}"),
+            va="center",
+            fontsize=8,
+            ha="left" if at_right else "right",
+        )
+    ax.set_xlabel(
+        unit
+        + (" (log scale)" if log else "")
+        + ("; blue: aiosubinterp" if "tab:gray" in colours else "")
+    )
 
 
 def _chart_option() -> str | None:
@@ -836,11 +1066,13 @@ def _app_option() -> str:
 
 
 def _subtitle(params: dict[str, Any]) -> str:
-    return (f"{_machine.ncpu()} CPUs ({_machine.cpu_model()}), Python "
-            f"{sys.version.split()[0]}, {params.get('wrk_version', 'wrk')}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-            f"{' '.join(open('/proc/loadavg').read().split()[:3])}"
-            + (" (--quick: rough numbers)" if params.get("quick") else ""))
+    return (
+        f"{_machine.ncpu()} CPUs ({_machine.cpu_model()}), Python "
+        f"{sys.version.split()[0]}, {params.get('wrk_version', 'wrk')}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{' '.join(open('/proc/loadavg').read().split()[:3])}"
+        + (" (--quick: rough numbers)" if params.get("quick") else "")
+    )
 
 
 def main() -> int:
@@ -855,14 +1087,32 @@ def main() -> int:
     code = _harness.main(
         doc=__doc__,
         title=f"bench_http: {_and(names[a] for a in apps)} under wrk: /ping latency, "
-              f"{heavy} req/s" + (", /stream MiB/s" if set(apps) & set(STREAMING) else ""),
+        f"{heavy} req/s" + (", /stream MiB/s" if set(apps) & set(STREAMING) else ""),
         contenders={name: contender(name) for name in contender_names("all" if child else app)},
-        full={"seconds": 7, "warmup_seconds": 1, "heavy_ms": 10, "heavy_connections": 8,
-              "light_delay_ms": 5, "stream_seconds": 5, "stream_connections": 2,
-              "stream_count": 256, "stream_size": 1 << 20, "rounds": 2},
-        quick={"seconds": 2, "warmup_seconds": 0, "heavy_ms": 10, "heavy_connections": 8,
-               "light_delay_ms": 5, "stream_seconds": 2, "stream_connections": 2,
-               "stream_count": 64, "stream_size": 1 << 20, "rounds": 1},
+        full={
+            "seconds": 7,
+            "warmup_seconds": 1,
+            "heavy_ms": 10,
+            "heavy_connections": 8,
+            "light_delay_ms": 5,
+            "stream_seconds": 5,
+            "stream_connections": 2,
+            "stream_count": 256,
+            "stream_size": 1 << 20,
+            "rounds": 2,
+        },
+        quick={
+            "seconds": 2,
+            "warmup_seconds": 0,
+            "heavy_ms": 10,
+            "heavy_connections": 8,
+            "light_delay_ms": 5,
+            "stream_seconds": 2,
+            "stream_connections": 2,
+            "stream_count": 64,
+            "stream_size": 1 << 20,
+            "rounds": 1,
+        },
         prepare=prepare,
         report=report,
         child_timeout=(120.0, 60.0),
@@ -879,11 +1129,15 @@ def main() -> int:
             draw_chart(chart, summary, _REPORTED["targets"], _subtitle(_REPORTED["params"]))
             print(f"bench_http: chart written to {chart}", file=sys.stderr)
         except ImportError as exc:
-            print(f"bench_http: no chart ({exc}; the `bench` extra installs matplotlib)",
-                  file=sys.stderr)
+            print(
+                f"bench_http: no chart ({exc}; the `bench` extra installs matplotlib)",
+                file=sys.stderr,
+            )
     if not summary or missing:
-        print(f"bench_http: contender(s) without a result: {', '.join(missing) or 'all'}",
-              file=sys.stderr)
+        print(
+            f"bench_http: contender(s) without a result: {', '.join(missing) or 'all'}",
+            file=sys.stderr,
+        )
         return 1
     return code
 

@@ -110,8 +110,11 @@ def contender(kind: str):
                 import aiosubinterp
 
                 for case, level in LEVELS.items():
-                    pool = (aiosubinterp.InterpreterPool(1) if kind == INTERP
-                            else aiosubinterp.ProcessPool(1))
+                    pool = (
+                        aiosubinterp.InterpreterPool(1)
+                        if kind == INTERP
+                        else aiosubinterp.ProcessPool(1)
+                    )
                     try:
                         warm = handler.expect(1000 if case == "kept" else 0)
                         await pool.run(_logwork.log_n, 1000, level)  # start, warm up
@@ -129,7 +132,8 @@ def contender(kind: str):
 
             _contenders.run_async(body, loop)
             out["info"] = ("InterpreterPool(1)" if kind == INTERP else "ProcessPool(1)") + (
-                ", run(log_n); kept: to the end of aclose()")
+                ", run(log_n); kept: to the end of aclose()"
+            )
             return out
         finally:
             logging.getLogger(_logwork.LOGGER).removeHandler(handler)
@@ -141,9 +145,12 @@ def contender(kind: str):
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     n = params["records"]
     headers = ["contender", "records/s", "µs per record", "vs main", "handled"]
-    tables = {case: _report.Table(headers, f"{case}: {n:,} records at "
-                                  f"{logging.getLevelName(level)}, main's level INFO")
-              for case, level in LEVELS.items()}
+    tables = {
+        case: _report.Table(
+            headers, f"{case}: {n:,} records at {logging.getLevelName(level)}, main's level INFO"
+        )
+        for case, level in LEVELS.items()
+    }
     rates: dict[str, dict[str, float]] = {case: {} for case in LEVELS}
     first = tables["dropped"]
     for name, good in first.each(results, also=[tables["kept"]]):
@@ -151,10 +158,10 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             # kept: the records main's handler got (an interpreter's full channel drops some)
             counted = [r[case]["handled"] if case == "kept" else n for r in good]
             rate = rates[case][name] = _stats.median(
-                [c / r[case]["seconds"] for c, r in zip(counted, good, strict=True)])
+                [c / r[case]["seconds"] for c, r in zip(counted, good, strict=True)]
+            )
             handled = min(r[case]["handled"] for r in good)
-            table.add(name, _report.fmt(rate, 0), _report.fmt(1e6 / rate, 2), "",
-                      f"{handled:,}")
+            table.add(name, _report.fmt(rate, 0), _report.fmt(1e6 / rate, 2), "", f"{handled:,}")
     for case, table in tables.items():
         base = rates[case].get(MAIN)
         for name, rate in rates[case].items():
@@ -166,19 +173,23 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         f"medians over {params['rounds']} rounds; handled: the fewest of the rounds.",
         *first.infos,
     ]
-    summary = {"records_per_s": {name: rates["kept"].get(name, float("nan"))
-                                 for name in rates["kept"]},
-               "dropped_records_per_s": rates["dropped"]}
-    return _report.Report([tables["dropped"].section(), tables["kept"].section()], targets,
-                          notes, summary)
+    summary = {
+        "records_per_s": {name: rates["kept"].get(name, float("nan")) for name in rates["kept"]},
+        "dropped_records_per_s": rates["dropped"],
+    }
+    return _report.Report(
+        [tables["dropped"].section(), tables["kept"].section()], targets, notes, summary
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_logging: log records from a worker, dropped by main's level or kept",
-        contenders={name: contender(name) for name in NAMES},
-        full={"records": 100_000, "rounds": 3},
-        quick={"records": 10_000, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_logging: log records from a worker, dropped by main's level or kept",
+            contenders={name: contender(name) for name in NAMES},
+            full={"records": 100_000, "rounds": 3},
+            quick={"records": 10_000, "rounds": 1},
+            report=report,
+        )
+    )

@@ -64,13 +64,19 @@ def contender(kind: str):
                     await asyncio.sleep(busy)
                     done = []
                 else:
-                    done = await asyncio.gather(*(runner.submit(_work.spin_for, chunk)
-                                                  for _ in range(tasks)))
+                    done = await asyncio.gather(
+                        *(runner.submit(_work.spin_for, chunk) for _ in range(tasks))
+                    )
                 stop.set()
                 await ticker
             ms = [lag * 1000 for lag in lags]
-            return {"lag_ms": ms, "ticks": len(ms), "work_chunks": sum(done), "tasks": len(done),
-                    **meter.result()}
+            return {
+                "lag_ms": ms,
+                "ticks": len(ms),
+                "work_chunks": sum(done),
+                "tasks": len(done),
+                **meter.result(),
+            }
 
         async def body() -> dict[str, Any]:
             if kind == IDLE:
@@ -79,8 +85,9 @@ def contender(kind: str):
                 return out
             async with _contenders.open_runner(kind, loop) as runner:
                 # Warm the workers on CPU work too (first call of spin_for).
-                await asyncio.gather(*(runner.submit(_work.spin_for, 0.01)
-                                       for _ in range(_contenders.WORKERS)))
+                await asyncio.gather(
+                    *(runner.submit(_work.spin_for, 0.01) for _ in range(_contenders.WORKERS))
+                )
                 out = await measure(runner)
                 out["info"] = runner.info
                 return out
@@ -91,25 +98,51 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "lag p50 ms", "lag p99 ms", "lag max ms", "ticks/s",
-                           "busy s", "work done (M adds)", *_report.LOAD_HEADERS])
+    table = _report.Table(
+        [
+            "contender",
+            "lag p50 ms",
+            "lag p99 ms",
+            "lag max ms",
+            "ticks/s",
+            "busy s",
+            "work done (M adds)",
+            *_report.LOAD_HEADERS,
+        ]
+    )
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
         s = stats[name] = _stats.summarize(_stats.collect(good, "lag_ms"))
         ticks = _stats.median(_stats.collect(good, "ticks"))
         work = _stats.median(_stats.collect(good, "work_chunks"))
         wall = _stats.median(_stats.collect(good, "wall"))
-        table.add(name, *_report.latency_cells(s, 3), _report.fmt(s["max"], 2),
-                  f"{ticks / wall:,.0f}" if wall else "–", _report.fmt(wall, 2),
-                  f"{work / 1000:,.1f}" if name != IDLE else "–", *_report.load_cells(good))
+        table.add(
+            name,
+            *_report.latency_cells(s, 3),
+            _report.fmt(s["max"], 2),
+            f"{ticks / wall:,.0f}" if wall else "–",
+            _report.fmt(wall, 2),
+            f"{work / 1000:,.1f}" if name != IDLE else "–",
+            *_report.load_cells(good),
+        )
     ours = stats.get("aiosubinterp", {}).get("p99", float("nan"))
     idle = stats.get(IDLE, {}).get("p99")
     targets = [
-        _report.Target("lag p99 while all workers are busy", ours, "<", 2.0, unit="ms",
-                       note=f"absolute; idle loop's p99 here: {_report.fmt(idle, 3)} ms"),
-        _report.Target("(info) lag p99 / to_thread's",
-                       _stats.ratio(ours, stats.get("to_thread", {}).get("p99")), "<=", 1.0,
-                       note="asyncio.to_thread, 2 threads"),
+        _report.Target(
+            "lag p99 while all workers are busy",
+            ours,
+            "<",
+            2.0,
+            unit="ms",
+            note=f"absolute; idle loop's p99 here: {_report.fmt(idle, 3)} ms",
+        ),
+        _report.Target(
+            "(info) lag p99 / to_thread's",
+            _stats.ratio(ours, stats.get("to_thread", {}).get("p99")),
+            "<=",
+            1.0,
+            note="asyncio.to_thread, 2 threads",
+        ),
     ]
     chunks = round(params["busy_seconds"] / params["chunk_seconds"]) * _contenders.WORKERS
     notes = [
@@ -126,11 +159,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_loop_lag: event-loop lag (1 ms ticker) while 2 workers are busy",
-        contenders={name: contender(name) for name in NAMES},
-        full={"busy_seconds": 2.0, "chunk_seconds": 0.1, "rounds": 3},
-        quick={"busy_seconds": 0.5, "chunk_seconds": 0.05, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_loop_lag: event-loop lag (1 ms ticker) while 2 workers are busy",
+            contenders={name: contender(name) for name in NAMES},
+            full={"busy_seconds": 2.0, "chunk_seconds": 0.1, "rounds": 3},
+            quick={"busy_seconds": 0.5, "chunk_seconds": 0.05, "rounds": 1},
+            report=report,
+        )
+    )

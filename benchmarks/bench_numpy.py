@@ -58,16 +58,27 @@ import _stats
 import _timing
 
 # Before numpy loads anywhere (this process, the children, their workers).
-NATIVE_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                           "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+NATIVE_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 for _name in NATIVE_THREAD_VARIABLES:
     os.environ.setdefault(_name, "1")
 
 import _numpywork  # noqa: E402 - numpy loads here, after the variables above
 import numpy as np  # noqa: E402
 
-NAMES = ["aiosubinterp-copy", "aiosubinterp-processes", "procpool-fork", "procpool-forkserver",
-         "to_thread"]
+NAMES = [
+    "aiosubinterp-copy",
+    "aiosubinterp-processes",
+    "procpool-fork",
+    "procpool-forkserver",
+    "to_thread",
+]
 ANCHOR = "aiosubinterp-processes"
 PROCESS_POOLS = ("procpool-fork", "procpool-forkserver")
 SEEDS = 8  # task i computes window_features(i % SEEDS)
@@ -82,8 +93,9 @@ async def _start(kind: str, loop: str, workers: int) -> AsyncIterator[_contender
         import aiosubinterp
 
         async with aiosubinterp.InterpreterPool(workers, fallback="copy") as pool:
-            yield _contenders.Runner(kind, pool.run, pool.submit,
-                                     f'InterpreterPool({workers}, fallback="copy")')
+            yield _contenders.Runner(
+                kind, pool.run, pool.submit, f'InterpreterPool({workers}, fallback="copy")'
+            )
     else:
         async with _contenders.open_runner(kind, loop, workers=workers, warm=False) as runner:
             yield runner
@@ -93,8 +105,9 @@ async def _warm_every_worker(runner: _contenders.Runner, workers: int) -> int:
     """Submit `workers` tasks at once until each worker ran one (numpy imported, task run)."""
     seen: set[str] = set()
     for attempt in range(20):
-        got = await asyncio.gather(*(runner.submit(_numpywork.warm, i, 0.05 * (attempt + 1))
-                                     for i in range(workers)))
+        got = await asyncio.gather(
+            *(runner.submit(_numpywork.warm, i, 0.05 * (attempt + 1)) for i in range(workers))
+        )
         seen.update(got)
         if len(seen) >= workers:
             return len(seen)
@@ -126,27 +139,35 @@ def contender(kind: str):
                 children = len(_machine.descendants())
 
                 async def batch() -> list[Any]:
-                    return await asyncio.gather(*(runner.submit(_numpywork.window_features,
-                                                                i % SEEDS)
-                                                  for i in range(tasks)))
+                    return await asyncio.gather(
+                        *(
+                            runner.submit(_numpywork.window_features, i % SEEDS)
+                            for i in range(tasks)
+                        )
+                    )
 
-                meters = await _timing.time_batches_async(params["batches"], batch,
-                                                          batches.append)
+                meters = await _timing.time_batches_async(params["batches"], batch, batches.append)
                 after_pss, _ = _tree_memory_kib()
 
                 a = np.random.default_rng(0).random(ARRAY_ITEMS)
                 arrays: dict[str, list[float]] = {}
                 array_errors: dict[str, str] = {}
-                for op, fn, factor in (("double", _numpywork.double, 2.0),
-                                       ("echo", _numpywork.echo, 1.0)):
+                for op, fn, factor in (
+                    ("double", _numpywork.double, 2.0),
+                    ("echo", _numpywork.echo, 1.0),
+                ):
                     samples = []
                     try:
                         for i in range(params["array_warmup"] + params["array_calls"]):
                             c0 = time.perf_counter_ns()
                             r = await runner.run(fn, a)
                             ns = time.perf_counter_ns() - c0
-                            if (r.shape != a.shape or r.dtype != a.dtype
-                                    or r[0] != a[0] * factor or r[-1] != a[-1] * factor):
+                            if (
+                                r.shape != a.shape
+                                or r.dtype != a.dtype
+                                or r[0] != a[0] * factor
+                                or r[-1] != a[-1] * factor
+                            ):
                                 raise AssertionError(f"{op}: a wrong array came back")
                             del r
                             if i >= params["array_warmup"]:
@@ -159,14 +180,25 @@ def contender(kind: str):
             for results in batches:
                 bad = sum(1 for i, r in enumerate(results) if r != expected[i % SEEDS])
                 if bad:
-                    raise AssertionError(f"{bad} of {len(results)} window_features results "
-                                         "differ from the main interpreter's")
+                    raise AssertionError(
+                        f"{bad} of {len(results)} window_features results "
+                        "differ from the main interpreter's"
+                    )
             return _timing.batch_result(
-                meters, tasks, info, cpu_ms_per_task=[m.cpu / tasks * 1000 for m in meters],
-                cold_ms=cold_ms, workers_seen=distinct,
-                children=children, warm_added_kib=warm_pss - before_pss,
-                warm_rss_added_kib=warm_rss - before_rss, after_added_kib=after_pss - before_pss,
-                double_ms=arrays["double"], echo_ms=arrays["echo"], array_errors=array_errors)
+                meters,
+                tasks,
+                info,
+                cpu_ms_per_task=[m.cpu / tasks * 1000 for m in meters],
+                cold_ms=cold_ms,
+                workers_seen=distinct,
+                children=children,
+                warm_added_kib=warm_pss - before_pss,
+                warm_rss_added_kib=warm_rss - before_rss,
+                after_added_kib=after_pss - before_pss,
+                double_ms=arrays["double"],
+                echo_ms=arrays["echo"],
+                array_errors=array_errors,
+            )
 
         return _contenders.run_async(body, loop)
 
@@ -190,16 +222,37 @@ def prepare(params: dict[str, Any]) -> dict[str, Any]:
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     table = _report.Table(
-        ["contender", "tasks/s", "min", "max", "vs ProcessPool", "CPU ms/task",
-         "PSS added MiB (warm)",
-         "vs ProcessPool", "PSS after run", "RSS added MiB (warm)", "processes",
-         *_report.LOAD_HEADERS],
+        [
+            "contender",
+            "tasks/s",
+            "min",
+            "max",
+            "vs ProcessPool",
+            "CPU ms/task",
+            "PSS added MiB (warm)",
+            "vs ProcessPool",
+            "PSS after run",
+            "RSS added MiB (warm)",
+            "processes",
+            *_report.LOAD_HEADERS,
+        ],
         heading=f"Throughput of window_features (~{params['task_ms_serial']} ms of CPU each) "
-                "and memory added")
+        "and memory added",
+    )
     table2 = _report.Table(
-        ["contender", "16 MiB a*2 p50 ms", "p99 ms", "ProcessPool / this", "16 MiB echo p50 ms",
-         "p99 ms", "cold start p50 ms", "p25", "p75"],
-        heading="A 16 MiB float64 array in and out; pool creation to the first numpy result")
+        [
+            "contender",
+            "16 MiB a*2 p50 ms",
+            "p99 ms",
+            "ProcessPool / this",
+            "16 MiB echo p50 ms",
+            "p99 ms",
+            "cold start p50 ms",
+            "p25",
+            "p75",
+        ],
+        heading="A 16 MiB float64 array in and out; pool creation to the first numpy result",
+    )
     stats: dict[str, dict[str, float]] = {}
     array_notes: list[str] = []
     for name, good in table.each(results, also=(table2,)):
@@ -210,33 +263,56 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         double = _stats.summarize(_stats.collect(good, "double_ms"))
         echo = _stats.summarize(_stats.collect(good, "echo_ms"))
         cold = _stats.collect(good, "cold_ms")
-        stats[name] = {"tasks_per_s": _stats.median(rates), "warm_mib": _stats.median(warm),
-                       "after_mib": _stats.median(after), "rss_mib": _stats.median(rss),
-                       "double_p50_ms": double["p50"],
-                       "double_p99_ms": double["p99"], "echo_p50_ms": echo["p50"],
-                       "echo_p99_ms": echo["p99"], "cold_ms": _stats.median(cold)}
+        stats[name] = {
+            "tasks_per_s": _stats.median(rates),
+            "warm_mib": _stats.median(warm),
+            "after_mib": _stats.median(after),
+            "rss_mib": _stats.median(rss),
+            "double_p50_ms": double["p50"],
+            "double_p99_ms": double["p99"],
+            "echo_p50_ms": echo["p50"],
+            "echo_p99_ms": echo["p99"],
+            "cold_ms": _stats.median(cold),
+        }
         stats[name]["cpu_ms_per_task"] = _stats.median(_stats.collect(good, "cpu_ms_per_task"))
-        table.add(name, *_report.rate_cells(rates, 1), "",
-                  _report.fmt(stats[name]["cpu_ms_per_task"], 2),
-                  _report.fmt(stats[name]["warm_mib"]),
-                  "", _report.fmt(stats[name]["after_mib"]), _report.fmt(stats[name]["rss_mib"]),
-                  str(1 + int(_stats.median(_stats.collect(good, "children")))),
-                  *_report.load_cells(good))
-        table2.add(name, *_report.latency_cells(double, 2), "",
-                   *_report.latency_cells(echo, 2), *_report.quartile_cells(cold, 1))
+        table.add(
+            name,
+            *_report.rate_cells(rates, 1),
+            "",
+            _report.fmt(stats[name]["cpu_ms_per_task"], 2),
+            _report.fmt(stats[name]["warm_mib"]),
+            "",
+            _report.fmt(stats[name]["after_mib"]),
+            _report.fmt(stats[name]["rss_mib"]),
+            str(1 + int(_stats.median(_stats.collect(good, "children")))),
+            *_report.load_cells(good),
+        )
+        table2.add(
+            name,
+            *_report.latency_cells(double, 2),
+            "",
+            *_report.latency_cells(echo, 2),
+            *_report.quartile_cells(cold, 1),
+        )
         for op, column in (("double", 1), ("echo", 4)):
             failed = [r["array_errors"][op] for r in good if op in r.get("array_errors", {})]
             if failed:
                 table2.set(name, column, "error (see notes)")
-                array_notes.append(f"{name}: 16 MiB {op} failed in {len(failed)} round(s): "
-                                   f"{_report.error_cell(failed[0], 300)[7:]}")
+                array_notes.append(
+                    f"{name}: 16 MiB {op} failed in {len(failed)} round(s): "
+                    f"{_report.error_cell(failed[0], 300)[7:]}"
+                )
     anchor = stats.get(ANCHOR, {})
     for name, s in stats.items():
-        table.set(name, 4, _report.fmt_ratio(_stats.ratio(s["tasks_per_s"],
-                                                          anchor.get("tasks_per_s"))))
+        table.set(
+            name, 4, _report.fmt_ratio(_stats.ratio(s["tasks_per_s"], anchor.get("tasks_per_s")))
+        )
         table.set(name, 7, _report.fmt_ratio(_stats.ratio(s["warm_mib"], anchor.get("warm_mib"))))
-        table2.set(name, 3, _report.fmt_ratio(_stats.ratio(anchor.get("double_p50_ms"),
-                                                           s["double_p50_ms"])))
+        table2.set(
+            name,
+            3,
+            _report.fmt_ratio(_stats.ratio(anchor.get("double_p50_ms"), s["double_p50_ms"])),
+        )
     ours = stats.get("aiosubinterp-copy", {})
     pools = [n for n in PROCESS_POOLS if n in stats]
     best_tp = max(pools, key=lambda n: stats[n]["tasks_per_s"]) if pools else None
@@ -246,30 +322,62 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         return stats[name][key] if name in stats else None
 
     targets = [
-        _report.Target("copy: tasks/s / ProcessPool's", _stats.ratio(
-            ours.get("tasks_per_s"), anchor.get("tasks_per_s")), ">=", 0.9,
-            note="aiosubinterp.ProcessPool"),
-        _report.Target("copy: PSS added (warm) / ProcessPool's", _stats.ratio(
-            ours.get("warm_mib"), anchor.get("warm_mib")), "<=", 0.6,
-            note="aiosubinterp.ProcessPool"),
-        _report.Target("16 MiB a*2: ProcessPool's p50 / copy's", _stats.ratio(
-            anchor.get("double_p50_ms"), ours.get("double_p50_ms")), ">=", 10,
-            note="aiosubinterp.ProcessPool"),
-        _report.Target("(info) copy: tasks/s / ProcessPoolExecutor's", _stats.ratio(
-            ours.get("tasks_per_s"), of(best_tp, "tasks_per_s")), ">=", 0.9,
-            note=f"{best_tp or 'process pool'} (the faster start method)"),
-        _report.Target("(info) copy: PSS added / ProcessPoolExecutor's", _stats.ratio(
-            ours.get("warm_mib"), of(least_mem, "warm_mib")), "<=", 0.6,
-            note=f"{least_mem or 'process pool'} (the smaller)"),
-        _report.Target("(info) 16 MiB echo: ProcessPool's p50 / copy's", _stats.ratio(
-            anchor.get("echo_p50_ms"), ours.get("echo_p50_ms")), ">=", 10,
-            note="transport alone"),
-        _report.Target("(info) cold start: copy / ProcessPool", _stats.ratio(
-            ours.get("cold_ms"), anchor.get("cold_ms")), "<=", 1,
-            note="informational, no target"),
-        _report.Target("(info) copy: tasks/s / to_thread's", _stats.ratio(
-            ours.get("tasks_per_s"), of("to_thread", "tasks_per_s")), ">=", 1,
-            note="asyncio.to_thread"),
+        _report.Target(
+            "copy: tasks/s / ProcessPool's",
+            _stats.ratio(ours.get("tasks_per_s"), anchor.get("tasks_per_s")),
+            ">=",
+            0.9,
+            note="aiosubinterp.ProcessPool",
+        ),
+        _report.Target(
+            "copy: PSS added (warm) / ProcessPool's",
+            _stats.ratio(ours.get("warm_mib"), anchor.get("warm_mib")),
+            "<=",
+            0.6,
+            note="aiosubinterp.ProcessPool",
+        ),
+        _report.Target(
+            "16 MiB a*2: ProcessPool's p50 / copy's",
+            _stats.ratio(anchor.get("double_p50_ms"), ours.get("double_p50_ms")),
+            ">=",
+            10,
+            note="aiosubinterp.ProcessPool",
+        ),
+        _report.Target(
+            "(info) copy: tasks/s / ProcessPoolExecutor's",
+            _stats.ratio(ours.get("tasks_per_s"), of(best_tp, "tasks_per_s")),
+            ">=",
+            0.9,
+            note=f"{best_tp or 'process pool'} (the faster start method)",
+        ),
+        _report.Target(
+            "(info) copy: PSS added / ProcessPoolExecutor's",
+            _stats.ratio(ours.get("warm_mib"), of(least_mem, "warm_mib")),
+            "<=",
+            0.6,
+            note=f"{least_mem or 'process pool'} (the smaller)",
+        ),
+        _report.Target(
+            "(info) 16 MiB echo: ProcessPool's p50 / copy's",
+            _stats.ratio(anchor.get("echo_p50_ms"), ours.get("echo_p50_ms")),
+            ">=",
+            10,
+            note="transport alone",
+        ),
+        _report.Target(
+            "(info) cold start: copy / ProcessPool",
+            _stats.ratio(ours.get("cold_ms"), anchor.get("cold_ms")),
+            "<=",
+            1,
+            note="informational, no target",
+        ),
+        _report.Target(
+            "(info) copy: tasks/s / to_thread's",
+            _stats.ratio(ours.get("tasks_per_s"), of("to_thread", "tasks_per_s")),
+            ">=",
+            1,
+            note="asyncio.to_thread",
+        ),
     ]
     notes = [
         f"N = {params['workers']} workers; window_features took {params['task_ms_serial']} ms "
@@ -300,8 +408,11 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         _report.LOAD_NOTE,
         *table.infos,
     ]
-    summary = {"median_tasks_per_s": {n: s["tasks_per_s"] for n, s in stats.items()},
-               "numpy": stats, "task_ms_serial": params["task_ms_serial"]}
+    summary = {
+        "median_tasks_per_s": {n: s["tasks_per_s"] for n, s in stats.items()},
+        "numpy": stats,
+        "task_ms_serial": params["task_ms_serial"],
+    }
     return _report.Report([table.section(), table2.section()], targets, notes, summary)
 
 
@@ -318,16 +429,30 @@ def _workers_option() -> int:
 
 if __name__ == "__main__":
     workers = _workers_option()
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title=f"bench_numpy: numpy in interpreters (fallback=\"copy\") vs processes and threads, "
-              f"{workers} workers",
-        contenders={name: contender(name) for name in NAMES},
-        full={"workers": workers, "tasks": 60, "batches": 3, "array_calls": 10,
-              "array_warmup": 2, "rounds": 3},
-        quick={"workers": workers, "tasks": 12, "batches": 1, "array_calls": 5,
-               "array_warmup": 3, "rounds": 1},
-        prepare=prepare,
-        report=report,
-        child_timeout=(300.0, 120.0),
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title=f'bench_numpy: numpy in interpreters (fallback="copy") vs processes and threads, '
+            f"{workers} workers",
+            contenders={name: contender(name) for name in NAMES},
+            full={
+                "workers": workers,
+                "tasks": 60,
+                "batches": 3,
+                "array_calls": 10,
+                "array_warmup": 2,
+                "rounds": 3,
+            },
+            quick={
+                "workers": workers,
+                "tasks": 12,
+                "batches": 1,
+                "array_calls": 5,
+                "array_warmup": 3,
+                "rounds": 1,
+            },
+            prepare=prepare,
+            report=report,
+            child_timeout=(300.0, 120.0),
+        )
+    )

@@ -33,8 +33,13 @@ import _stats
 import _timing
 import _work
 
-NAMES = ["aiosubinterp-processes", "procpool-fork", "procpool-forkserver", "procpool-spawn",
-         "aiosubinterp"]
+NAMES = [
+    "aiosubinterp-processes",
+    "procpool-fork",
+    "procpool-forkserver",
+    "procpool-spawn",
+    "aiosubinterp",
+]
 POOLS = ("procpool-fork", "procpool-forkserver", "procpool-spawn")
 
 
@@ -53,8 +58,7 @@ def contender(kind: str):
                     elapsed = time.perf_counter() - t0
                 if got != list(range(batch)):
                     raise AssertionError("a batched call returned a wrong result")
-                return {"us": us, "per_s": batch / elapsed, "info": runner.info,
-                        **meter.result()}
+                return {"us": us, "per_s": batch / elapsed, "info": runner.info, **meter.result()}
 
         return _contenders.run_async(body, loop)
 
@@ -62,14 +66,29 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "p50 µs", "p99 µs", "p50 vs ours", "calls/s (batch)",
-                           "calls/s vs ours", *_report.LOAD_HEADERS])
+    table = _report.Table(
+        [
+            "contender",
+            "p50 µs",
+            "p99 µs",
+            "p50 vs ours",
+            "calls/s (batch)",
+            "calls/s vs ours",
+            *_report.LOAD_HEADERS,
+        ]
+    )
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
         s = stats[name] = _stats.summarize(_stats.collect(good, "us"))
         s["per_s"] = _stats.median(_stats.collect(good, "per_s"))
-        table.add(name, *_report.latency_cells(s), "", _report.fmt(s["per_s"], 0), "",
-                  *_report.load_cells(good))
+        table.add(
+            name,
+            *_report.latency_cells(s),
+            "",
+            _report.fmt(s["per_s"], 0),
+            "",
+            *_report.load_cells(good),
+        )
     ours = stats.get("aiosubinterp-processes", {})
     if ours:
         for name, s in stats.items():
@@ -79,13 +98,20 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     best = min(pools, key=lambda n: stats[n]["p50"]) if pools else None
     best_tp = max(pools, key=lambda n: stats[n]["per_s"]) if pools else None
     targets = [
-        _report.Target("ProcessPool p50 round trip / ProcessPoolExecutor's",
-                       _stats.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
-                       "<=", 1.5, note=f"{best or 'process pool'} (the fastest start method)"),
-        _report.Target("(info) ProcessPool throughput / ProcessPoolExecutor's",
-                       _stats.ratio(ours.get("per_s"),
-                                    stats[best_tp]["per_s"] if best_tp else None),
-                       ">=", 1.0, note=f"{best_tp or 'process pool'}; not an issue target"),
+        _report.Target(
+            "ProcessPool p50 round trip / ProcessPoolExecutor's",
+            _stats.ratio(ours.get("p50"), stats[best]["p50"] if best else None),
+            "<=",
+            1.5,
+            note=f"{best or 'process pool'} (the fastest start method)",
+        ),
+        _report.Target(
+            "(info) ProcessPool throughput / ProcessPoolExecutor's",
+            _stats.ratio(ours.get("per_s"), stats[best_tp]["per_s"] if best_tp else None),
+            ">=",
+            1.0,
+            note=f"{best_tp or 'process pool'}; not an issue target",
+        ),
     ]
     notes = [
         f"{params['n']} sequential awaits of noop(i) per round after {params['warmup']} warm-up "
@@ -98,11 +124,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_process: the process backend vs ProcessPoolExecutor, 2 workers",
-        contenders={name: contender(name) for name in NAMES},
-        full={"n": 2000, "warmup": 200, "batch": 5000, "rounds": 3},
-        quick={"n": 300, "warmup": 50, "batch": 1000, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_process: the process backend vs ProcessPoolExecutor, 2 workers",
+            contenders={name: contender(name) for name in NAMES},
+            full={"n": 2000, "warmup": 200, "batch": 5000, "rounds": 3},
+            quick={"n": 300, "warmup": 50, "batch": 1000, "rounds": 1},
+            report=report,
+        )
+    )

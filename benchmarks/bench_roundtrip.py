@@ -80,13 +80,15 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours",
-                           *_report.LOAD_HEADERS])
+    table = _report.Table(
+        ["contender", "p50 µs", "p99 µs", "mean µs", "p50 vs ours", *_report.LOAD_HEADERS]
+    )
     stats: dict[str, dict[str, float]] = {}
     for name, good in table.each(results):
         s = stats[name] = _stats.summarize(_stats.collect(good, "us"))
-        table.add(name, *_report.latency_cells(s), _report.fmt(s["mean"]), "",
-                  *_report.load_cells(good))
+        table.add(
+            name, *_report.latency_cells(s), _report.fmt(s["mean"]), "", *_report.load_cells(good)
+        )
     ours = stats.get("aiosubinterp", {}).get("p50")
     if ours:
         for name, s in stats.items():
@@ -98,25 +100,49 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if p50(n) is not None]
     best_pool = min(pools, key=lambda n: p50(n)) if pools else None  # type: ignore[arg-type,return-value]
     targets = [
-        _report.Target("p50 round trip / to_thread's", _stats.ratio(ours, p50("to_thread")),
-                       "<=", 0.3 if _contenders.FREE_THREADED else 0.5,
-                       note="asyncio.to_thread, 2 threads"
-                       + (" (free-threaded build)" if _contenders.FREE_THREADED else "")),
-        _report.Target("(info) p50 / ThreadPoolExecutor's",
-                       _stats.ratio(ours, p50("threadpool")), "<=", 1.0,
-                       note="run_in_executor; free-threaded builds"),
-        _report.Target("p50 round trip / process pool's",
-                       _stats.ratio(ours, p50(best_pool) if best_pool else None), "<=", 0.1,
-                       note=f"{best_pool or 'process pool'} (the faster pool)"),
-        _report.Target("p50 round trip / stdlib InterpreterPoolExecutor's",
-                       _stats.ratio(ours, p50("stdlib-executor")), "<=", 0.2,
-                       note="3.14+: concurrent.futures, run_in_executor"),
-        _report.Target("(info) p50 / stdlib concurrent.interpreters'",
-                       _stats.ratio(ours, p50("stdlib-interpreters")), "<=", 1.0,
-                       note="3.14+: interp.call on 2 threads"),
-        _report.Target("(info) p50 / anyio.to_interpreter's",
-                       _stats.ratio(ours, p50("anyio.to_interpreter")), "<=", 1.0,
-                       note="informational, no target"),
+        _report.Target(
+            "p50 round trip / to_thread's",
+            _stats.ratio(ours, p50("to_thread")),
+            "<=",
+            0.3 if _contenders.FREE_THREADED else 0.5,
+            note="asyncio.to_thread, 2 threads"
+            + (" (free-threaded build)" if _contenders.FREE_THREADED else ""),
+        ),
+        _report.Target(
+            "(info) p50 / ThreadPoolExecutor's",
+            _stats.ratio(ours, p50("threadpool")),
+            "<=",
+            1.0,
+            note="run_in_executor; free-threaded builds",
+        ),
+        _report.Target(
+            "p50 round trip / process pool's",
+            _stats.ratio(ours, p50(best_pool) if best_pool else None),
+            "<=",
+            0.1,
+            note=f"{best_pool or 'process pool'} (the faster pool)",
+        ),
+        _report.Target(
+            "p50 round trip / stdlib InterpreterPoolExecutor's",
+            _stats.ratio(ours, p50("stdlib-executor")),
+            "<=",
+            0.2,
+            note="3.14+: concurrent.futures, run_in_executor",
+        ),
+        _report.Target(
+            "(info) p50 / stdlib concurrent.interpreters'",
+            _stats.ratio(ours, p50("stdlib-interpreters")),
+            "<=",
+            1.0,
+            note="3.14+: interp.call on 2 threads",
+        ),
+        _report.Target(
+            "(info) p50 / anyio.to_interpreter's",
+            _stats.ratio(ours, p50("anyio.to_interpreter")),
+            "<=",
+            1.0,
+            note="informational, no target",
+        ),
     ]
     n = params["n"]
     notes = [
@@ -131,11 +157,13 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_roundtrip: await round trip of a trivial task, 2 workers",
-        contenders={name: contender(name) for name in NAMES},
-        full={"n": 2000, "warmup": 200, "n_slow": 200, "warmup_slow": 20, "rounds": 5},
-        quick={"n": 300, "warmup": 50, "n_slow": 50, "warmup_slow": 10, "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_roundtrip: await round trip of a trivial task, 2 workers",
+            contenders={name: contender(name) for name in NAMES},
+            full={"n": 2000, "warmup": 200, "n_slow": 200, "warmup_slow": 20, "rounds": 5},
+            quick={"n": 300, "warmup": 50, "n_slow": 50, "warmup_slow": 10, "rounds": 1},
+            report=report,
+        )
+    )

@@ -109,8 +109,8 @@ async def _one_count(kind: str, loop: str, w: int, params: dict[str, Any]) -> di
             if core is not None:
                 core._lock_stats_reset()
             meters = await _timing.time_batches_async(
-                batches, lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))),
-                check)
+                batches, lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))), check
+            )
             locks = core._lock_stats() if core is not None else None
             return _timing.batch_result(meters, n, runner.info, locks=locks)
 
@@ -145,9 +145,13 @@ async def _one_count(kind: str, loop: str, w: int, params: dict[str, Any]) -> di
         meters = await _timing.time_batches_async(batches, batch, check)
         locks = core._lock_stats() if core is not None else None
         what = "w streams to the loop" if kind == STREAM else "w // 2 worker-to-worker pairs"
-        return _timing.batch_result(meters, streams * items,
-                                    f"InterpreterPool(size=w), {what}, open_channel(1024)",
-                                    locks=locks, streams=streams)
+        return _timing.batch_result(
+            meters,
+            streams * items,
+            f"InterpreterPool(size=w), {what}, open_channel(1024)",
+            locks=locks,
+            streams=streams,
+        )
 
 
 def contender(kind: str):
@@ -172,8 +176,9 @@ def _rates(good: list[dict[str, Any]], w: str) -> list[float]:
     return [x for r in good for x in r["counts"].get(w, {}).get("rate", [])]
 
 
-def _locks_table(name: str, w: str, good: list[dict[str, Any]]
-                 ) -> tuple[str, list[str], list[list[str]]] | None:
+def _locks_table(
+    name: str, w: str, good: list[dict[str, Any]]
+) -> tuple[str, list[str], list[list[str]]] | None:
     """Per lock rank at w workers, summed over the rounds that have counters, or None."""
     found = [r["counts"][w] for r in good if (r["counts"].get(w) or {}).get("locks")]
     if not found:
@@ -192,23 +197,51 @@ def _locks_table(name: str, w: str, good: list[dict[str, Any]]
         if not s["acquired"]:
             continue
         acq, cont = s["acquired"], s["contended"]
-        rows.append([rank, str(s["rank"]), f"{acq / ops:.2f}",
-                     f"{cont:,} ({100 * cont / acq:.2f}%)",
-                     _report.fmt(s["wait_ns"] / cont if cont else math.nan, 0),
-                     _report.fmt(s["hold_ns"] / acq, 0),
-                     f"{100 * s['hold_ns'] / wall_ns:.1f}%",
-                     f"{100 * s['wait_ns'] / wall_ns:.1f}%"])
-    heading = (f"Lock ranks, {name}, {w} workers: {ops:,} {unit}s over {len(found)} round(s) "
-               "(a build that checks the lock order: its times include that bookkeeping)")
-    return heading, ["lock rank", "rank", f"acquired per {unit}", "contended",
-                     "mean wait ns", "mean hold ns", "held / wall", "waited / wall"], rows
+        rows.append(
+            [
+                rank,
+                str(s["rank"]),
+                f"{acq / ops:.2f}",
+                f"{cont:,} ({100 * cont / acq:.2f}%)",
+                _report.fmt(s["wait_ns"] / cont if cont else math.nan, 0),
+                _report.fmt(s["hold_ns"] / acq, 0),
+                f"{100 * s['hold_ns'] / wall_ns:.1f}%",
+                f"{100 * s['wait_ns'] / wall_ns:.1f}%",
+            ]
+        )
+    heading = (
+        f"Lock ranks, {name}, {w} workers: {ops:,} {unit}s over {len(found)} round(s) "
+        "(a build that checks the lock order: its times include that bookkeeping)"
+    )
+    return (
+        heading,
+        [
+            "lock rank",
+            "rank",
+            f"acquired per {unit}",
+            "contended",
+            "mean wait ns",
+            "mean hold ns",
+            "held / wall",
+            "waited / wall",
+        ],
+        rows,
+    )
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
     counts = [str(w) for w in params["counts"]]
     top = counts[-1]
-    headers = ["contender", "workers", "median rate", "min", "max", "per worker",
-               "efficiency vs fewest", *_report.LOAD_HEADERS]
+    headers = [
+        "contender",
+        "workers",
+        "median rate",
+        "min",
+        "max",
+        "per worker",
+        "efficiency vs fewest",
+        *_report.LOAD_HEADERS,
+    ]
     rows: list[list[str]] = []
     scaling: dict[str, dict[str, dict[str, float]]] = {}
     infos = []
@@ -235,8 +268,16 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             eff = _stats.ratio(per_worker, base)
             scaling[name][w] = {"rate": med, "per_worker": per_worker, "efficiency": eff}
             load = [r["counts"][w] for r in good if w in r["counts"]]
-            rows.append([label, w, *_report.rate_cells(rates), _report.fmt(per_worker, 0),
-                         _report.fmt_ratio(eff), *_report.load_cells(load)])
+            rows.append(
+                [
+                    label,
+                    w,
+                    *_report.rate_cells(rates),
+                    _report.fmt(per_worker, 0),
+                    _report.fmt_ratio(eff),
+                    *_report.load_cells(load),
+                ]
+            )
             label = ""
         if rows and scaling[name]:
             rows[-len(scaling[name])][2] += f" {unit}"
@@ -248,22 +289,41 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         return scaling.get(name, {}).get(top, {}).get(key, math.nan)
 
     targets = [
-        _report.Target(f"tasks/s at {top} workers / to_thread's",
-                       _stats.ratio(at_top("aiosubinterp", "rate"), at_top("to_thread", "rate")),
-                       ">=", 3, note=f"asyncio.to_thread, {top} threads"),
-        _report.Target(f"(info) tasks/s at {top} workers / process pool's",
-                       _stats.ratio(at_top("aiosubinterp", "rate"),
-                                     at_top("procpool-fork", "rate")), ">=", 1,
-                       note="ProcessPoolExecutor, fork"),
-        _report.Target(f"(info) efficiency at {top} workers, tiny tasks",
-                       at_top("aiosubinterp", "efficiency"), ">=", 0.5,
-                       note="per-worker tasks/s vs 1 worker"),
-        _report.Target(f"(info) efficiency at {top} workers, streams to the loop",
-                       at_top(STREAM, "efficiency"), ">=", 0.5,
-                       note="per-worker items/s vs 1 worker"),
-        _report.Target(f"(info) efficiency at {top} workers, worker pairs",
-                       at_top(PAIRS, "efficiency"), ">=", 0.5,
-                       note="per-worker items/s vs 2 workers (1 pair)"),
+        _report.Target(
+            f"tasks/s at {top} workers / to_thread's",
+            _stats.ratio(at_top("aiosubinterp", "rate"), at_top("to_thread", "rate")),
+            ">=",
+            3,
+            note=f"asyncio.to_thread, {top} threads",
+        ),
+        _report.Target(
+            f"(info) tasks/s at {top} workers / process pool's",
+            _stats.ratio(at_top("aiosubinterp", "rate"), at_top("procpool-fork", "rate")),
+            ">=",
+            1,
+            note="ProcessPoolExecutor, fork",
+        ),
+        _report.Target(
+            f"(info) efficiency at {top} workers, tiny tasks",
+            at_top("aiosubinterp", "efficiency"),
+            ">=",
+            0.5,
+            note="per-worker tasks/s vs 1 worker",
+        ),
+        _report.Target(
+            f"(info) efficiency at {top} workers, streams to the loop",
+            at_top(STREAM, "efficiency"),
+            ">=",
+            0.5,
+            note="per-worker items/s vs 1 worker",
+        ),
+        _report.Target(
+            f"(info) efficiency at {top} workers, worker pairs",
+            at_top(PAIRS, "efficiency"),
+            ">=",
+            0.5,
+            note="per-worker items/s vs 2 workers (1 pair)",
+        ),
     ]
     notes = [
         f"Per round and count w: {params['warmup']} x w warm-up tasks (a warm-up batch for the "
@@ -278,11 +338,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         *infos,
     ]
     if not lock_tables and any(n in results for n in OURS):
-        notes.append("Lock ranks: not counted by this build (a release build); a debug build "
-                     "(AIOSUBINTERP_DEBUG=1) adds them.")
+        notes.append(
+            "Lock ranks: not counted by this build (a release build); a debug build "
+            "(AIOSUBINTERP_DEBUG=1) adds them."
+        )
     med = {n: at_top(n, "rate") for n in TASKS if n in scaling}
-    summary = {"median_tasks_per_s": med, "counts": counts, "scaling": scaling,
-               "locks": {t[0]: t[2] for t in lock_tables}}
+    summary = {
+        "median_tasks_per_s": med,
+        "counts": counts,
+        "scaling": scaling,
+        "locks": {t[0]: t[2] for t in lock_tables},
+    }
     tables = [("", headers, rows), *lock_tables]
     return _report.Report(tables, targets, notes, summary)
 
@@ -309,10 +375,8 @@ def main() -> int:
         doc=__doc__,
         title="bench_scaling: tiny tasks/s and channel items/s from 1 to N workers",
         contenders={name: contender(name) for name in NAMES},
-        full={"tasks_per_worker": 2_000, "items": 20_000, "warmup": 50, "batches": 2,
-              "rounds": 3},
-        quick={"tasks_per_worker": 300, "items": 2_000, "warmup": 20, "batches": 1,
-               "rounds": 1},
+        full={"tasks_per_worker": 2_000, "items": 20_000, "warmup": 50, "batches": 2, "rounds": 3},
+        quick={"tasks_per_worker": 300, "items": 2_000, "warmup": 20, "batches": 1, "rounds": 1},
         prepare=prepare,
         report=report,
         child_timeout=(600.0, 60.0),

@@ -63,14 +63,45 @@ def _free_port() -> int:
 
 def _server_cmd(kind: str, port: int) -> list[str]:
     if kind == "aiosubinterp serve":
-        return [sys.executable, "-m", "aiosubinterp", "serve", "_serveapp:app", "--app-dir",
-                HERE, "--workers", str(WORKERS), "--port", str(port), "--no-access-log",
-                "--log-level", "warning"]
-    stack = (["--http", "h11", "--loop", "asyncio"] if kind == "uvicorn h11 asyncio"
-             else ["--http", "httptools", "--loop", "uvloop"])
-    return [sys.executable, "-m", "uvicorn", "_serveapp:app", "--app-dir", HERE, "--workers",
-            str(WORKERS), "--port", str(port), "--no-access-log", "--log-level", "warning",
-            "--lifespan", "off", *stack]
+        return [
+            sys.executable,
+            "-m",
+            "aiosubinterp",
+            "serve",
+            "_serveapp:app",
+            "--app-dir",
+            HERE,
+            "--workers",
+            str(WORKERS),
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+    stack = (
+        ["--http", "h11", "--loop", "asyncio"]
+        if kind == "uvicorn h11 asyncio"
+        else ["--http", "httptools", "--loop", "uvloop"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "_serveapp:app",
+        "--app-dir",
+        HERE,
+        "--workers",
+        str(WORKERS),
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--lifespan",
+        "off",
+        *stack,
+    ]
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
@@ -98,23 +129,39 @@ def contender(kind: str):
         wrk = find_wrk(install=False)
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen(_server_cmd(kind, port), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, cwd=HERE,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                    [_common.REPO, HERE])})
+        proc = subprocess.Popen(
+            _server_cmd(kind, port),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([_common.REPO, HERE])},
+        )
         try:
             _wait_ready(f"{base}/plaintext", proc)
             routes = {}
             for route in ROUTES:
-                cmd = [wrk, "-t2", f"-c{params['connections']}", "--timeout", "10s",
-                       "--latency", "-s", LUA]
+                cmd = [
+                    wrk,
+                    "-t2",
+                    f"-c{params['connections']}",
+                    "--timeout",
+                    "10s",
+                    "--latency",
+                    "-s",
+                    LUA,
+                ]
                 run_wrks([[*cmd, "-d1s", f"{base}/{route}", "--", "0"]], 1)  # warm-up
-                rep = run_wrks([[*cmd, f"-d{params['seconds']}s", f"{base}/{route}", "--",
-                                 "0"]], params["seconds"])[0]
-                routes[route] = {"requests_per_s": rep["requests_per_s"],
-                                 "p50_ms": rep["latency_ms"]["p50"],
-                                 "p99_ms": rep["latency_ms"]["p99"],
-                                 "errors": rep["errors_total"]}
+                rep = run_wrks(
+                    [[*cmd, f"-d{params['seconds']}s", f"{base}/{route}", "--", "0"]],
+                    params["seconds"],
+                )[0]
+                routes[route] = {
+                    "requests_per_s": rep["requests_per_s"],
+                    "p50_ms": rep["latency_ms"]["p50"],
+                    "p99_ms": rep["latency_ms"]["p99"],
+                    "errors": rep["errors_total"],
+                }
             pss = _server_pss_kib(proc.pid)
             processes = 1 + len(_common.descendants(proc.pid))
         finally:
@@ -126,8 +173,12 @@ def contender(kind: str):
                 _, err = proc.communicate()
         if proc.returncode not in (0, -signal.SIGTERM):
             raise RuntimeError(f"the server exited with {proc.returncode}: {err[-400:]}")
-        return {"routes": routes, "pss_mib": pss / 1024, "processes": processes,
-                "info": " ".join(_server_cmd(kind, port)[1:]).replace(HERE, "benchmarks")}
+        return {
+            "routes": routes,
+            "pss_mib": pss / 1024,
+            "processes": processes,
+            "info": " ".join(_server_cmd(kind, port)[1:]).replace(HERE, "benchmarks"),
+        }
 
     return run
 
@@ -141,21 +192,29 @@ def _uvicorn_missing() -> str | None:
     return None if importlib.util.find_spec("uvicorn") else "uvicorn not installed"
 
 
-CONTENDERS = {name: contender(name) for name in
-              ("aiosubinterp serve", "uvicorn h11 asyncio", "uvicorn httptools uvloop")}
+CONTENDERS = {
+    name: contender(name)
+    for name in ("aiosubinterp serve", "uvicorn h11 asyncio", "uvicorn httptools uvloop")
+}
 _common.AVAILABILITY["uvicorn h11 asyncio"] = _uvicorn_missing
 _common.AVAILABILITY["uvicorn httptools uvloop"] = lambda: _uvicorn_missing() or _stack_missing()
 _common.AVAILABILITY["aiosubinterp serve"] = lambda: (
-    "needs CPython 3.13+" if sys.version_info < (3, 13)
-    else None if importlib.util.find_spec("h11") else "h11 not installed")
+    "needs CPython 3.13+"
+    if sys.version_info < (3, 13)
+    else None
+    if importlib.util.find_spec("h11")
+    else "h11 not installed"
+)
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _common.Report:
     tables = []
     medians: dict[str, dict[str, dict[str, float]]] = {}
     for route in ROUTES:
-        table = _common.Table(["contender", "requests/s", "min", "max", "p50 ms", "p99 ms",
-                               "errors"], heading=f"/{route}")
+        table = _common.Table(
+            ["contender", "requests/s", "min", "max", "p50 ms", "p99 ms", "errors"],
+            heading=f"/{route}",
+        )
         for name, good in table.each(results):
             rps = [r["routes"][route]["requests_per_s"] for r in good]
             p50 = _common.median([r["routes"][route]["p50_ms"] for r in good])
@@ -163,11 +222,17 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
             errors = sum(r["routes"][route]["errors"] for r in good)
             medians.setdefault(name, {})[route] = _common.median(rps)
             medians[name][f"{route}_p99_ms"] = p99
-            table.add(name, *_common.rate_cells(rps), _common.fmt(p50, 2),
-                      _common.fmt(p99, 2), str(errors))
+            table.add(
+                name,
+                *_common.rate_cells(rps),
+                _common.fmt(p50, 2),
+                _common.fmt(p99, 2),
+                str(errors),
+            )
         tables.append(table.section())
-    memory = _common.Table(["contender", "PSS MiB (all processes)", "processes"],
-                           heading="memory after the load")
+    memory = _common.Table(
+        ["contender", "PSS MiB (all processes)", "processes"], heading="memory after the load"
+    )
     pss: dict[str, float] = {}
     for name, good in memory.each(results):
         pss[name] = _common.median([r["pss_mib"] for r in good])
@@ -175,27 +240,45 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     tables.append(memory.section())
     ours, anchor = "aiosubinterp serve", "uvicorn h11 asyncio"
     targets = [
-        _common.Target("/plaintext requests/s / uvicorn (h11, asyncio)'s",
-                       _common.ratio(medians.get(ours, {}).get("plaintext"),
-                                     medians.get(anchor, {}).get("plaintext")), ">=", 0.9,
-                       note="uvicorn --workers 2"),
-        _common.Target("PSS / uvicorn (h11, asyncio)'s", _common.ratio(pss.get(ours),
-                                                                       pss.get(anchor)),
-                       "<=", 0.5, note="uvicorn --workers 2"),
+        _common.Target(
+            "/plaintext requests/s / uvicorn (h11, asyncio)'s",
+            _common.ratio(
+                medians.get(ours, {}).get("plaintext"), medians.get(anchor, {}).get("plaintext")
+            ),
+            ">=",
+            0.9,
+            note="uvicorn --workers 2",
+        ),
+        _common.Target(
+            "PSS / uvicorn (h11, asyncio)'s",
+            _common.ratio(pss.get(ours), pss.get(anchor)),
+            "<=",
+            0.5,
+            note="uvicorn --workers 2",
+        ),
     ]
-    notes = [f"{WORKERS} workers each; wrk -t2 -c{params['connections']}, "
-             f"{params['seconds']} s per route after a 1 s warm-up, on the same machine"]
-    summary = {"requests_per_s": {n: m.get("plaintext", float("nan"))
-                                  for n, m in medians.items()},
-               "routes": medians, "pss_mib": pss}
+    notes = [
+        f"{WORKERS} workers each; wrk -t2 -c{params['connections']}, "
+        f"{params['seconds']} s per route after a 1 s warm-up, on the same machine"
+    ]
+    summary = {
+        "requests_per_s": {n: m.get("plaintext", float("nan")) for n, m in medians.items()},
+        "routes": medians,
+        "pss_mib": pss,
+    }
     return _common.Report(tables, targets, notes, summary)
 
 
 def main() -> int:
-    return _common.main(doc=__doc__ or "", title="bench_serve", contenders=CONTENDERS,
-                        full={"seconds": 5, "connections": 64, "rounds": 3},
-                        quick={"seconds": 1, "connections": 32, "rounds": 1},
-                        report=report, child_timeout=(300.0, 120.0))
+    return _common.main(
+        doc=__doc__ or "",
+        title="bench_serve",
+        contenders=CONTENDERS,
+        full={"seconds": 5, "connections": 64, "rounds": 3},
+        quick={"seconds": 1, "connections": 32, "rounds": 1},
+        report=report,
+        child_timeout=(300.0, 120.0),
+    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,15 @@ import _stats
 import _work
 
 PRELOAD = ("json", "re", "collections")
-NAMES = ["aiosubinterp", "aiosubinterp+preload", "procpool-fork", "procpool-forkserver",
-         "stdlib-executor", "stdlib-interpreters", "aiointerpreters"]
+NAMES = [
+    "aiosubinterp",
+    "aiosubinterp+preload",
+    "procpool-fork",
+    "procpool-forkserver",
+    "stdlib-executor",
+    "stdlib-interpreters",
+    "aiointerpreters",
+]
 
 
 async def _warm(call) -> list[Any]:
@@ -135,16 +142,22 @@ def contender(kind: str):
             if first != want or any(w[2] != want for w in where):
                 raise AssertionError(f"first_task returned {first!r}, expected {want!r}")
             workers_seen = len({(w[0], w[1]) for w in where})
-            out.update({
-                "first_result_ms": (t_first - t0) * 1000,
-                "next_task_ms": (t_next - t_first) * 1000,
-                "rss_added_kib": mem1["rss_self"] - mem0["rss_self"] + mem1["rss_children"],
-                "pss_added_kib": (mem1["pss_self"] + mem1["pss_children"]
-                                  - mem0["pss_self"] - mem0["pss_children"]),
-                "rss_self_added_kib": mem1["rss_self"] - mem0["rss_self"],
-                "processes_added": mem1["children"] - mem0["children"],
-                "workers_seen": workers_seen,
-            })
+            out.update(
+                {
+                    "first_result_ms": (t_first - t0) * 1000,
+                    "next_task_ms": (t_next - t_first) * 1000,
+                    "rss_added_kib": mem1["rss_self"] - mem0["rss_self"] + mem1["rss_children"],
+                    "pss_added_kib": (
+                        mem1["pss_self"]
+                        + mem1["pss_children"]
+                        - mem0["pss_self"]
+                        - mem0["pss_children"]
+                    ),
+                    "rss_self_added_kib": mem1["rss_self"] - mem0["rss_self"],
+                    "processes_added": mem1["children"] - mem0["children"],
+                    "workers_seen": workers_seen,
+                }
+            )
             return out
 
         return _contenders.run_async(body, loop)
@@ -153,12 +166,30 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    start = _report.Table(["contender", "first result p50 ms", "p99 ms", "max ms", "ready ms",
-                           "first task ms", "next task ms", "import ms"],
-                          "Start to first result (ms):")
-    mem = _report.Table(["contender", "RSS added MiB", "per worker", "PSS added MiB",
-                         "of which this process", "processes added"],
-                        "Memory added by 2 warm workers:")
+    start = _report.Table(
+        [
+            "contender",
+            "first result p50 ms",
+            "p99 ms",
+            "max ms",
+            "ready ms",
+            "first task ms",
+            "next task ms",
+            "import ms",
+        ],
+        "Start to first result (ms):",
+    )
+    mem = _report.Table(
+        [
+            "contender",
+            "RSS added MiB",
+            "per worker",
+            "PSS added MiB",
+            "of which this process",
+            "processes added",
+        ],
+        "Memory added by 2 warm workers:",
+    )
     first: dict[str, float] = {}
     rss: dict[str, float] = {}
     pss: dict[str, float] = {}
@@ -172,47 +203,103 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
         def med(key: str, good: list[dict[str, Any]] = good) -> float:
             return _stats.median(_stats.collect(good, key))
 
-        start.add(name, *_report.latency_cells(s), _report.fmt(s["max"]),
-                  _report.fmt(med("ready_ms")), _report.fmt(med("first_task_ms"), 2),
-                  _report.fmt(med("next_task_ms"), 2), _report.fmt(med("import_ms")))
+        start.add(
+            name,
+            *_report.latency_cells(s),
+            _report.fmt(s["max"]),
+            _report.fmt(med("ready_ms")),
+            _report.fmt(med("first_task_ms"), 2),
+            _report.fmt(med("next_task_ms"), 2),
+            _report.fmt(med("import_ms")),
+        )
         rss[name] = med("rss_added_kib") / mib
         pss[name] = med("pss_added_kib") / mib
-        mem.add(name, _report.fmt(rss[name]), _report.fmt(rss[name] / _contenders.WORKERS),
-                _report.fmt(pss[name]), _report.fmt(med("rss_self_added_kib") / mib),
-                f"{med('processes_added'):g}")
+        mem.add(
+            name,
+            _report.fmt(rss[name]),
+            _report.fmt(rss[name] / _contenders.WORKERS),
+            _report.fmt(pss[name]),
+            _report.fmt(med("rss_self_added_kib") / mib),
+            f"{med('processes_added'):g}",
+        )
         seen = min(_stats.collect(good, "workers_seen"))
-        infos.append(f"{name}: {good[0]['info']}"
-                     + ("" if seen >= _contenders.WORKERS else f" (only {seen:g} worker(s) ran the "
-                                                           "warm tasks in some sample)"))
-        summary[name] = {"first_result_ms": s, "rss_added_mib": rss[name],
-                         "pss_added_mib": pss[name],
-                         "ready_ms": med("ready_ms"), "first_task_ms": med("first_task_ms")}
+        infos.append(
+            f"{name}: {good[0]['info']}"
+            + (
+                ""
+                if seen >= _contenders.WORKERS
+                else f" (only {seen:g} worker(s) ran the warm tasks in some sample)"
+            )
+        )
+        summary[name] = {
+            "first_result_ms": s,
+            "rss_added_mib": rss[name],
+            "pss_added_mib": pss[name],
+            "ready_ms": med("ready_ms"),
+            "first_task_ms": med("first_task_ms"),
+        }
     fork = "procpool-fork"
     targets = []
     for ours in ("aiosubinterp", "aiosubinterp+preload"):
-        targets.append(_report.Target(f"{ours}: first result / fork pool's",
-                                      _stats.ratio(first.get(ours), first.get(fork)), "<=", 1.0,
-                                      note="ProcessPoolExecutor(2, fork), p50"))
+        targets.append(
+            _report.Target(
+                f"{ours}: first result / fork pool's",
+                _stats.ratio(first.get(ours), first.get(fork)),
+                "<=",
+                1.0,
+                note="ProcessPoolExecutor(2, fork), p50",
+            )
+        )
     for ours in ("aiosubinterp", "aiosubinterp+preload"):
-        targets.append(_report.Target(f"{ours}: RSS added / fork pool's",
-                                      _stats.ratio(rss.get(ours), rss.get(fork)), "<=", 0.5,
-                                      note="ProcessPoolExecutor(2, fork), 2 warm workers"))
-    for anchor, what in (("stdlib-interpreters", "concurrent.interpreters"),
-                         ("stdlib-executor", "InterpreterPoolExecutor")):
-        targets.append(_report.Target(f"aiosubinterp: first result / stdlib {what}'s",
-                                      _stats.ratio(first.get("aiosubinterp"), first.get(anchor)),
-                                      "<=", 1.0, note="3.14+, p50"))
-    targets.append(_report.Target("(info) aiosubinterp: RSS added / stdlib executor's",
-                                  _stats.ratio(rss.get("aiosubinterp"),
-                                               rss.get("stdlib-executor")), "<=", 1.0,
-                                  note="3.14+, 2 warm workers"))
-    targets.append(_report.Target("(info) aiosubinterp: PSS added / fork pool's",
-                                  _stats.ratio(pss.get("aiosubinterp"), pss.get(fork)), "<=", 0.5,
-                                  note="PSS: forked workers share their parent's pages"))
-    targets.append(_report.Target("(info) aiosubinterp: RSS added / forkserver pool's",
-                                  _stats.ratio(rss.get("aiosubinterp"),
-                                               rss.get("procpool-forkserver")), "<=", 0.5,
-                                  note="forkserver + resource tracker + 2 workers"))
+        targets.append(
+            _report.Target(
+                f"{ours}: RSS added / fork pool's",
+                _stats.ratio(rss.get(ours), rss.get(fork)),
+                "<=",
+                0.5,
+                note="ProcessPoolExecutor(2, fork), 2 warm workers",
+            )
+        )
+    for anchor, what in (
+        ("stdlib-interpreters", "concurrent.interpreters"),
+        ("stdlib-executor", "InterpreterPoolExecutor"),
+    ):
+        targets.append(
+            _report.Target(
+                f"aiosubinterp: first result / stdlib {what}'s",
+                _stats.ratio(first.get("aiosubinterp"), first.get(anchor)),
+                "<=",
+                1.0,
+                note="3.14+, p50",
+            )
+        )
+    targets.append(
+        _report.Target(
+            "(info) aiosubinterp: RSS added / stdlib executor's",
+            _stats.ratio(rss.get("aiosubinterp"), rss.get("stdlib-executor")),
+            "<=",
+            1.0,
+            note="3.14+, 2 warm workers",
+        )
+    )
+    targets.append(
+        _report.Target(
+            "(info) aiosubinterp: PSS added / fork pool's",
+            _stats.ratio(pss.get("aiosubinterp"), pss.get(fork)),
+            "<=",
+            0.5,
+            note="PSS: forked workers share their parent's pages",
+        )
+    )
+    targets.append(
+        _report.Target(
+            "(info) aiosubinterp: RSS added / forkserver pool's",
+            _stats.ratio(rss.get("aiosubinterp"), rss.get("procpool-forkserver")),
+            "<=",
+            0.5,
+            note="forkserver + resource tracker + 2 workers",
+        )
+    )
     n = params["rounds"]
     notes = [
         f"{n} fresh processes per contender; p50/p99/max over them (with {n} samples the p99 "
@@ -232,12 +319,14 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_startup: cold start of a 2-worker pool to first result, and its memory",
-        contenders={name: contender(name) for name in NAMES},
-        full={"rounds": 15},
-        quick={"rounds": 2},
-        report=report,
-        child_timeout=(60.0, 15.0),
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_startup: cold start of a 2-worker pool to first result, and its memory",
+            contenders={name: contender(name) for name in NAMES},
+            full={"rounds": 15},
+            quick={"rounds": 2},
+            report=report,
+            child_timeout=(60.0, 15.0),
+        )
+    )

@@ -96,8 +96,10 @@ def contender(kind: str):
                 submit = runner.submit
                 await asyncio.gather(*(submit(_work.noop, i) for i in range(warmup)))
                 meters = await _timing.time_batches_async(
-                    batches, lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))),
-                    check)
+                    batches,
+                    lambda: asyncio.gather(*(submit(_work.noop, i) for i in range(n))),
+                    check,
+                )
                 info = runner.info
                 if kind == UNGATED:
                     import _interpreters  # 3.13's private module, as anyio uses it
@@ -112,14 +114,31 @@ def contender(kind: str):
 
 
 def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> _report.Report:
-    table = _report.Table(["contender", "tasks/batch", "median tasks/s", "min", "max",
-                           "ours vs it", "executor vs it", *_report.LOAD_HEADERS], error_col=2)
+    table = _report.Table(
+        [
+            "contender",
+            "tasks/batch",
+            "median tasks/s",
+            "min",
+            "max",
+            "ours vs it",
+            "executor vs it",
+            *_report.LOAD_HEADERS,
+        ],
+        error_col=2,
+    )
     med: dict[str, float] = {}
     for name, good in table.each(results):
         rates = _stats.collect(good, "rate")
         med[name] = _stats.median(rates)
-        table.add(name, f"{good[0]['tasks']:,}", *_report.rate_cells(rates), "", "",
-                  *_report.load_cells(good))
+        table.add(
+            name,
+            f"{good[0]['tasks']:,}",
+            *_report.rate_cells(rates),
+            "",
+            "",
+            *_report.load_cells(good),
+        )
     ours = med.get("aiosubinterp")
     executor = med.get(EXECUTOR)
     for name, rate in med.items():
@@ -130,34 +149,70 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     pools = [n for n in ("procpool-fork", "procpool-forkserver") if n in med]
     best_pool = max(pools, key=lambda n: med[n]) if pools else None
     targets = [
-        _report.Target("tasks/s / to_thread's", _stats.ratio(ours, med.get("to_thread")), ">=",
-                       2 if _contenders.FREE_THREADED else 3,
-                       note="asyncio.to_thread, 2 threads"
-                       + (" (free-threaded build)" if _contenders.FREE_THREADED else "")),
-        _report.Target("(info) tasks/s / ThreadPoolExecutor's",
-                       _stats.ratio(ours, med.get("threadpool")), ">=", 1,
-                       note="run_in_executor; free-threaded builds"),
-        _report.Target("tasks/s / process pool's",
-                       _stats.ratio(ours, med.get(best_pool) if best_pool else None), ">=", 10,
-                       note=f"{best_pool or 'process pool'} (the faster pool)"),
-        _report.Target("tasks/s / stdlib InterpreterPoolExecutor's",
-                       _stats.ratio(ours, med.get("stdlib-executor")), ">=", 10,
-                       note="3.14+: concurrent.futures, run_in_executor"),
-        _report.Target("(info) tasks/s / stdlib concurrent.interpreters'",
-                       _stats.ratio(ours, med.get("stdlib-interpreters")), ">=", 1,
-                       note="3.14+: interp.call on 2 threads"),
-        _report.Target("(info) executor tasks/s / stdlib executor's",
-                       _stats.ratio(executor, med.get("stdlib-executor")), ">=", 1,
-                       note="3.14+: both via run_in_executor"),
-        _report.Target("tasks/s / anyio.to_interpreter's",
-                       _stats.ratio(ours, med.get("anyio.to_interpreter")), ">=", 1,
-                       note="an anchor, no figure"),
-        _report.Target("executor tasks/s / process pool's",
-                       _stats.ratio(executor, med.get(best_pool) if best_pool else None), ">=", 5,
-                       note=f"both via run_in_executor; {best_pool or 'process pool'}"),
-        _report.Target("executor tasks/s / pep734 executor's",
-                       _stats.ratio(executor, med.get("pep734-executor")), ">=", 5,
-                       note="both via run_in_executor; interpreters-pep-734"),
+        _report.Target(
+            "tasks/s / to_thread's",
+            _stats.ratio(ours, med.get("to_thread")),
+            ">=",
+            2 if _contenders.FREE_THREADED else 3,
+            note="asyncio.to_thread, 2 threads"
+            + (" (free-threaded build)" if _contenders.FREE_THREADED else ""),
+        ),
+        _report.Target(
+            "(info) tasks/s / ThreadPoolExecutor's",
+            _stats.ratio(ours, med.get("threadpool")),
+            ">=",
+            1,
+            note="run_in_executor; free-threaded builds",
+        ),
+        _report.Target(
+            "tasks/s / process pool's",
+            _stats.ratio(ours, med.get(best_pool) if best_pool else None),
+            ">=",
+            10,
+            note=f"{best_pool or 'process pool'} (the faster pool)",
+        ),
+        _report.Target(
+            "tasks/s / stdlib InterpreterPoolExecutor's",
+            _stats.ratio(ours, med.get("stdlib-executor")),
+            ">=",
+            10,
+            note="3.14+: concurrent.futures, run_in_executor",
+        ),
+        _report.Target(
+            "(info) tasks/s / stdlib concurrent.interpreters'",
+            _stats.ratio(ours, med.get("stdlib-interpreters")),
+            ">=",
+            1,
+            note="3.14+: interp.call on 2 threads",
+        ),
+        _report.Target(
+            "(info) executor tasks/s / stdlib executor's",
+            _stats.ratio(executor, med.get("stdlib-executor")),
+            ">=",
+            1,
+            note="3.14+: both via run_in_executor",
+        ),
+        _report.Target(
+            "tasks/s / anyio.to_interpreter's",
+            _stats.ratio(ours, med.get("anyio.to_interpreter")),
+            ">=",
+            1,
+            note="an anchor, no figure",
+        ),
+        _report.Target(
+            "executor tasks/s / process pool's",
+            _stats.ratio(executor, med.get(best_pool) if best_pool else None),
+            ">=",
+            5,
+            note=f"both via run_in_executor; {best_pool or 'process pool'}",
+        ),
+        _report.Target(
+            "executor tasks/s / pep734 executor's",
+            _stats.ratio(executor, med.get("pep734-executor")),
+            ">=",
+            5,
+            note="both via run_in_executor; interpreters-pep-734",
+        ),
     ]
     notes = [
         f"Per round: {params['warmup']} warm-up tasks, then {params['batches']} batch(es) of "
@@ -179,13 +234,27 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(_harness.main(
-        doc=__doc__,
-        title="bench_throughput: trivial tasks per second, all submitted at once, 2 workers",
-        contenders={name: contender(name) for name in NAMES},
-        full={"n": 20_000, "n_slow": 2_000, "n_ungated": 100, "warmup": 200, "batches": 2,
-              "rounds": 3},
-        quick={"n": 2_000, "n_slow": 300, "n_ungated": 30, "warmup": 50, "batches": 1,
-               "rounds": 1},
-        report=report,
-    ))
+    sys.exit(
+        _harness.main(
+            doc=__doc__,
+            title="bench_throughput: trivial tasks per second, all submitted at once, 2 workers",
+            contenders={name: contender(name) for name in NAMES},
+            full={
+                "n": 20_000,
+                "n_slow": 2_000,
+                "n_ungated": 100,
+                "warmup": 200,
+                "batches": 2,
+                "rounds": 3,
+            },
+            quick={
+                "n": 2_000,
+                "n_slow": 300,
+                "n_ungated": 30,
+                "warmup": 50,
+                "batches": 1,
+                "rounds": 1,
+            },
+            report=report,
+        )
+    )

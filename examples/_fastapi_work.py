@@ -85,8 +85,14 @@ def score(body: bytes) -> tuple[int, bytes]:
         primes = count_primes(item.n)  # the CPU work: trial division, pure Python
         scores.append(ItemScore(name=item.name, primes=primes, score=primes * item.weight))
     best = max(scores, key=lambda s: s.score)  # max keeps the first of equals
-    scored = Scored(id=batch.id, items=scores, total=sum(s.score for s in scores),
-                    best=best.name, interpreter_id=get_current().id, pid=os.getpid())
+    scored = Scored(
+        id=batch.id,
+        items=scores,
+        total=sum(s.score for s in scores),
+        best=best.name,
+        interpreter_id=get_current().id,
+        pid=os.getpid(),
+    )
     return 200, scored.model_dump_json().encode()
 
 

@@ -27,8 +27,9 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"make_app: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
-def add_arguments(parser: argparse.ArgumentParser, route: str = "/primes",
-                  streams: bool = True) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, route: str = "/primes", streams: bool = True
+) -> None:
     """The command-line options the apps take (the benchmark relies on them).
 
     ``route`` is the app's CPU route (for the help); ``streams``: whether
@@ -36,15 +37,26 @@ def add_arguments(parser: argparse.ArgumentParser, route: str = "/primes",
     """
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--mode", choices=MODES, default="interpreters",
-                        help=f"where {route} computes: an InterpreterPool (default), a "
-                             "ProcessPool, asyncio.to_thread, or inline on the event loop")
-    parser.add_argument("--workers", type=int, default=None,
-                        help=f"interpreters (processes, threads) for {route} (default: one per "
-                             "CPU)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="interpreters",
+        help=f"where {route} computes: an InterpreterPool (default), a "
+        "ProcessPool, asyncio.to_thread, or inline on the event loop",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"interpreters (processes, threads) for {route} (default: one per CPU)",
+    )
     if streams:
-        parser.add_argument("--max-streams", type=int, default=2,
-                            help="interpreters producing streams, so streams at once (default 2)")
+        parser.add_argument(
+            "--max-streams",
+            type=int,
+            default=2,
+            help="interpreters producing streams, so streams at once (default 2)",
+        )
 
 
 def server_options() -> tuple[str, str]:
@@ -54,8 +66,11 @@ def server_options() -> tuple[str, str]:
         print("note: uvloop is not installed: serving on asyncio's event loop", flush=True)
         loop = "asyncio"
     if importlib.util.find_spec("httptools") is None:
-        print("note: httptools is not installed: serving with h11 (uvicorn's pure-Python "
-              "HTTP parser)", flush=True)
+        print(
+            "note: httptools is not installed: serving with h11 (uvicorn's pure-Python "
+            "HTTP parser)",
+            flush=True,
+        )
         http = "h11"
     return loop, http
 
@@ -65,10 +80,13 @@ async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-async def enter_cpu(stack: contextlib.AsyncExitStack, mode: str, workers: int | None, *,
-                    fallback: str | None = None,
-                    ) -> tuple[aiosubinterp.InterpreterPool | aiosubinterp.ProcessPool | None,
-                               Callable[..., Any]]:
+async def enter_cpu(
+    stack: contextlib.AsyncExitStack,
+    mode: str,
+    workers: int | None,
+    *,
+    fallback: str | None = None,
+) -> tuple[aiosubinterp.InterpreterPool | aiosubinterp.ProcessPool | None, Callable[..., Any]]:
     """What ``mode`` needs, entered on ``stack``: (the pool or None, how to run ``fn(*args)``).
 
     ``fallback`` is the InterpreterPool's (``"copy"``: fastapi_app.py's
@@ -77,7 +95,8 @@ async def enter_cpu(stack: contextlib.AsyncExitStack, mode: str, workers: int | 
     check_mode(mode)
     if mode == "interpreters":
         interpreters = await stack.enter_async_context(
-            aiosubinterp.InterpreterPool(workers, fallback=fallback))
+            aiosubinterp.InterpreterPool(workers, fallback=fallback)
+        )
         return interpreters, interpreters.run
     if mode == "processes":
         processes = await stack.enter_async_context(aiosubinterp.ProcessPool(workers))

@@ -89,9 +89,14 @@ class Stream:
 
     def describe(self):
         return {
-            "id": self.id, "count": self.count, "size": self.size, "written": self.written,
-            "state": self.state, "send_closed": self.send.closed,
-            "recv_closed": self.recv.closed, "producer_done": self.producer.done(),
+            "id": self.id,
+            "count": self.count,
+            "size": self.size,
+            "written": self.written,
+            "state": self.state,
+            "send_closed": self.send.closed,
+            "recv_closed": self.recv.closed,
+            "producer_done": self.producer.done(),
             "channel": dataclasses.asdict(self.recv.statistics()),
         }
 
@@ -107,6 +112,7 @@ def int_param(request, name, default, low, high):
 
 
 # -- handlers ----------------------------------------------------------------------------
+
 
 async def ping(request):
     return web.Response(text="pong\n")
@@ -163,15 +169,18 @@ async def stream(request):
 async def stats(request):
     app = request.app
     cpu = app[CPU_POOL]
-    return web.json_response({
-        "mode": app[SETTINGS]["mode"],
-        "cpu_pool": cpu.statistics() if cpu is not None else None,
-        "stream_pool": app[STREAM_POOL].statistics(),
-        "streams": [st.describe() for st in app[STREAMS]],
-    })
+    return web.json_response(
+        {
+            "mode": app[SETTINGS]["mode"],
+            "cpu_pool": cpu.statistics() if cpu is not None else None,
+            "stream_pool": app[STREAM_POOL].statistics(),
+            "streams": [st.describe() for st in app[STREAMS]],
+        }
+    )
 
 
 # -- the app -----------------------------------------------------------------------------
+
 
 async def pools(app):
     """cleanup_ctx: both pools (or to_thread's threads) live exactly as long as the app."""
@@ -180,11 +189,13 @@ async def pools(app):
     async with contextlib.AsyncExitStack() as stack:
         cpu, run_cpu = await enter_cpu(stack, mode, workers)
         streams = await stack.enter_async_context(
-            aiosubinterp.InterpreterPool(settings["max_streams"], idle_spin=0))
+            aiosubinterp.InterpreterPool(settings["max_streams"], idle_spin=0)
+        )
         # Warm up: each worker imports _web_work before the first request needs it.
-        await asyncio.gather(*(run_cpu(work.count_primes, 10)
-                               for _ in range(workers or os.cpu_count() or 1)),
-                             streams.run(work.count_primes, 10))
+        await asyncio.gather(
+            *(run_cpu(work.count_primes, 10) for _ in range(workers or os.cpu_count() or 1)),
+            streams.run(work.count_primes, 10),
+        )
         app[CPU_POOL], app[RUN_CPU], app[STREAM_POOL] = cpu, run_cpu, streams
         yield
     # Leaving the stack closed both pools: every interpreter (and process, or thread) is gone.
@@ -206,12 +217,14 @@ def make_app(workers=None, max_streams=2, mode="interpreters"):
     app[STREAMS] = collections.deque(maxlen=64)
     app.cleanup_ctx.append(pools)
     app.on_shutdown.append(cancel_streams)
-    app.add_routes([
-        web.get("/ping", ping),
-        web.get("/primes", primes),
-        web.get("/stream", stream),
-        web.get("/stats", stats),
-    ])
+    app.add_routes(
+        [
+            web.get("/ping", ping),
+            web.get("/primes", primes),
+            web.get("/stream", stream),
+            web.get("/stats", stats),
+        ]
+    )
     return app
 
 
@@ -231,15 +244,27 @@ def new_loop(kind="auto"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-                        help="event loop (default: uvloop if installed, else asyncio)")
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="event loop (default: uvloop if installed, else asyncio)",
+    )
     args = parser.parse_args(argv)
     app = make_app(args.workers, args.max_streams, args.mode)
     loop = new_loop(args.loop)
-    print(f"event loop: {type(loop).__module__}.{type(loop).__name__}; /primes: {args.mode}",
-          flush=True)
-    web.run_app(app, host=args.host, port=args.port, loop=loop,
-                handler_cancellation=True, shutdown_timeout=5)
+    print(
+        f"event loop: {type(loop).__module__}.{type(loop).__name__}; /primes: {args.mode}",
+        flush=True,
+    )
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        loop=loop,
+        handler_cancellation=True,
+        shutdown_timeout=5,
+    )
     return 0
 
 

@@ -55,8 +55,10 @@ async def main() -> None:
         except RuntimeError as exc:  # CPython 3.12
             print(f"coroutines in interpreters needs CPython 3.13: {exc}")
             return
-        print(f"fetched {sum(n for _, n, _ in results)} pages:",
-              ", ".join(f"site {s} {d}" for s, _, d in results))
+        print(
+            f"fetched {sum(n for _, n, _ in results)} pages:",
+            ", ".join(f"site {s} {d}" for s, _, d in results),
+        )
         send, recv = aiosubinterp.open_channel(maxsize=1)
         slow = asyncio.ensure_future(pool.run(slow_job, 60.0, send))
         await recv.recv()  # it runs now: a timeout will cancel it inside the worker
@@ -71,8 +73,10 @@ async def main() -> None:
         start = loop.time()
         pages = await asyncio.gather(*(pool.run(fetch_page, 0, p) for p in range(20)))
         elapsed = loop.time() - start
-        print(f"{len(pages)} calls on one interpreter, 10 at a time: {elapsed * 1000:.0f} ms "
-              f"(one at a time would take at least {20 * 10} ms)")
+        print(
+            f"{len(pages)} calls on one interpreter, 10 at a time: {elapsed * 1000:.0f} ms "
+            f"(one at a time would take at least {20 * 10} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ async def simulate(circles, params, frames, workers):
             left = (leftward[k - 1][0], rightward[k - 1][1]) if k > 0 else (None, None)
             right = (rightward[k][0], leftward[k][1]) if k < workers - 1 else (None, None)
             # The channel ends cross to the worker as arguments.
-            tasks.append(pool.submit(physics.channel_region, owned, lo, hi, params, frames,
-                                     *left, *right))
+            tasks.append(
+                pool.submit(physics.channel_region, owned, lo, hi, params, frames, *left, *right)
+            )
         # A channel end passed to a worker is the same end: each worker closes
         # its ends when it finishes (closing them here would close them there).
         del rightward, leftward, left, right
@@ -50,8 +51,10 @@ async def main(n, frames):
     reference = sorted(physics.step_frames(circles, params, frames))
     single = time.perf_counter() - t0
     result, wall = await simulate(circles, params, frames, workers)
-    print(f"{n} circles, {frames} frames: single thread {frames / single:.0f} fps, "
-          f"{workers} interpreters {frames / wall:.0f} fps ({single / wall:.2f}x)")
+    print(
+        f"{n} circles, {frames} frames: single thread {frames / single:.0f} fps, "
+        f"{workers} interpreters {frames / wall:.0f} fps ({single / wall:.2f}x)"
+    )
     print("same positions as single-threaded:", result == reference)
 
 

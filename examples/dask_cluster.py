@@ -47,10 +47,17 @@ async def main() -> None:
 
     from distributed import Client, LocalCluster
 
-    async with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
-                            host="127.0.0.1", dashboard_address=None,
-                            asynchronous=True) as cluster, \
-            Client(cluster, asynchronous=True) as client:
+    async with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            asynchronous=True,
+        ) as cluster,
+        Client(cluster, asynchronous=True) as client,
+    ):
         # Every worker gets an interpreter executor named "interpreters" ...
         await client.register_plugin(aiosubinterp.DaskInterpreterPlugin())
         # ... and the pool's calls run on it.

@@ -74,9 +74,11 @@ try:
 except ModuleNotFoundError as exc:
     if exc.name not in ("fastapi", "pydantic", "uvicorn", "starlette"):
         raise
-    NEEDS = (f"examples/fastapi_app.py needs {exc.name}, which is not installed for "
-             f"{sys.executable}: pip install fastapi uvicorn httptools (or the project's "
-             "extras: pip install -e '.[copies,test]')")
+    NEEDS = (
+        f"examples/fastapi_app.py needs {exc.name}, which is not installed for "
+        f"{sys.executable}: pip install fastapi uvicorn httptools (or the project's "
+        "extras: pip install -e '.[copies,test]')"
+    )
     if __name__ == "__main__":
         sys.exit(NEEDS)
     raise ModuleNotFoundError(NEEDS, name=exc.name) from None
@@ -89,19 +91,24 @@ MAX_BODY = 1 << 20  # bytes of a /score body; larger ones get 413 before any wor
 def interpreters_refused() -> str | None:
     """Why ``--mode interpreters`` cannot run on this CPython, or None."""
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return ("it needs InterpreterPool(fallback='copy'), which free-threaded builds refuse "
-                "(CPython cannot lift its check for one interpreter there); use --mode "
-                "to_thread (threads run in parallel on this build) or --mode processes")
+        return (
+            "it needs InterpreterPool(fallback='copy'), which free-threaded builds refuse "
+            "(CPython cannot lift its check for one interpreter there); use --mode "
+            "to_thread (threads run in parallel on this build) or --mode processes"
+        )
     if sys.version_info[:2] == (3, 12):
-        return ("on CPython 3.12, pydantic models built in several interpreters' private "
-                "copies of pydantic-core corrupt the heap (measured on 3.12.1: the process "
-                "aborts, \"free(): invalid pointer\", with 4 interpreters, or with 2 once the "
-                "main interpreter imported pydantic, as FastAPI does); use CPython 3.13+, or "
-                "--mode processes")
+        return (
+            "on CPython 3.12, pydantic models built in several interpreters' private "
+            "copies of pydantic-core corrupt the heap (measured on 3.12.1: the process "
+            'aborts, "free(): invalid pointer", with 4 interpreters, or with 2 once the '
+            "main interpreter imported pydantic, as FastAPI does); use CPython 3.13+, or "
+            "--mode processes"
+        )
     return None
 
 
 # -- endpoints ---------------------------------------------------------------------------
+
 
 async def ping() -> Response:
     return PlainTextResponse("pong\n")
@@ -118,11 +125,16 @@ async def score(request: Request) -> Response:
 
 async def stats(request: Request) -> Response:
     cpu = request.state.cpu_pool
-    return JSONResponse({"mode": request.app.state.settings[1],
-                         "cpu_pool": cpu.statistics() if cpu is not None else None})
+    return JSONResponse(
+        {
+            "mode": request.app.state.settings[1],
+            "cpu_pool": cpu.statistics() if cpu is not None else None,
+        }
+    )
 
 
 # -- the app and its server --------------------------------------------------------------
+
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
@@ -137,8 +149,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         cpu, run_cpu = await enter_cpu(stack, mode, workers, fallback="copy")
         # Warm up: each worker imports _fastapi_work and pydantic (in an
         # interpreter: loads its copy of pydantic-core) before a request needs it.
-        await asyncio.gather(*(run_cpu(work.warm_up)
-                               for _ in range(workers or os.cpu_count() or 1)))
+        await asyncio.gather(
+            *(run_cpu(work.warm_up) for _ in range(workers or os.cpu_count() or 1))
+        )
         yield {"cpu_pool": cpu, "run_cpu": run_cpu}
     # Leaving the stack closed the pool: every interpreter (and process, or thread) is gone.
 
@@ -151,15 +164,25 @@ def make_app(workers: int | None = None, mode: str = "interpreters") -> FastAPI:
     app = FastAPI(title="aiosubinterp: pydantic in interpreters", lifespan=lifespan)
     app.add_api_route("/ping", ping, methods=["GET"])
     app.add_api_route(
-        "/score", score, methods=["POST"],
+        "/score",
+        score,
+        methods=["POST"],
         summary="Validate a batch (pydantic, in a worker) and score its items",
         # The body is read raw (validation runs in the worker), so FastAPI
         # cannot infer its schema: state it, from the worker's model.
-        openapi_extra={"requestBody": {"required": True, "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}}}},
-        responses={200: {"model": work.Scored},
-                   422: {"description": "The body did not validate: pydantic's errors, "
-                                        "{\"detail\": [...]}"}})
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+            }
+        },
+        responses={
+            200: {"model": work.Scored},
+            422: {
+                "description": 'The body did not validate: pydantic\'s errors, {"detail": [...]}'
+            },
+        },
+    )
     app.add_api_route("/stats", stats, methods=["GET"])
     app.state.settings = (workers, mode)
     _document_body(app)
@@ -198,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     loop, http = server_options()
     where = "InterpreterPool(fallback='copy')" if args.mode == "interpreters" else args.mode
     print(f"event loop: {loop}, HTTP parser: {http}; /score: {where}", flush=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port, loop=loop, http=http,
-                            lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        loop=loop,
+        http=http,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.Server(config).run()

@@ -45,8 +45,9 @@ def scaled(a: np.ndarray) -> np.ndarray:
     return a * 2
 
 
-async def compare(label: str, call, expected: list[float], array: np.ndarray,
-                  double=scaled) -> None:
+async def compare(
+    label: str, call, expected: list[float], array: np.ndarray, double=scaled
+) -> None:
     """The same work through `call` (pool.run or asyncio.to_thread): tasks/s, where it ran,
     and a 16 MiB array in and out."""
     await asyncio.gather(call(features, 0), call(features, 1))  # each worker imports numpy
@@ -59,8 +60,10 @@ async def compare(label: str, call, expected: list[float], array: np.ndarray,
     started = time.perf_counter()
     doubled = await call(double, array)
     ms = (time.perf_counter() - started) * 1000
-    print(f"{label}: {rate:.0f} tasks/s, same results: {same}, in this process: {here}, "
-          f"16 MiB array * 2: {ms:.1f} ms, correct: {bool((doubled == 2).all())}")
+    print(
+        f"{label}: {rate:.0f} tasks/s, same results: {same}, in this process: {here}, "
+        f"16 MiB array * 2: {ms:.1f} ms, correct: {bool((doubled == 2).all())}"
+    )
 
 
 async def main() -> None:
@@ -75,8 +78,10 @@ async def main() -> None:
         # the array the interpreter made.
         await compare('interpreters (fallback="copy")', pool.run, expected, array)
         stats = pool.statistics()
-        print(f"private copies: {stats['copies']} files, "
-              f"{stats['copies_bytes'] / 2**20:.0f} MiB on disk")
+        print(
+            f"private copies: {stats['copies']} files, "
+            f"{stats['copies_bytes'] / 2**20:.0f} MiB on disk"
+        )
     async with aiosubinterp.ProcessPool(2) as processes:
         await compare("processes (ProcessPool)", processes.run, expected, array)
     await compare("threads (asyncio.to_thread)", asyncio.to_thread, expected, array)

@@ -25,8 +25,10 @@ async def main():
     names = ["alpha", "beta", "gamma"]
     channels = [aiosubinterp.open_channel(maxsize=4) for _ in names]
     async with aiosubinterp.InterpreterPool(len(names)) as pool:
-        producers = [pool.submit(produce, send, name, 100)
-                     for (send, _), name in zip(channels, names, strict=True)]
+        producers = [
+            pool.submit(produce, send, name, 100)
+            for (send, _), name in zip(channels, names, strict=True)
+        ]
         live = [recv for _, recv in channels]
         counts = dict.fromkeys(names, 0)
         while live:

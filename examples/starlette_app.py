@@ -124,8 +124,12 @@ class Stream:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "id": self.id, "path": self.path, "written": self.written, "state": self.state,
-            "send_closed": self.send.closed, "recv_closed": self.recv.closed,
+            "id": self.id,
+            "path": self.path,
+            "written": self.written,
+            "state": self.state,
+            "send_closed": self.send.closed,
+            "recv_closed": self.recv.closed,
             "producer_done": self.producer.done(),
             "channel": dataclasses.asdict(self.recv.statistics()),
         }
@@ -139,8 +143,13 @@ class Streams:
         self.recent: collections.deque[Stream] = collections.deque(maxlen=keep)
         self.closing = False
 
-    def open(self, path: str, pool: aiosubinterp.InterpreterPool,
-             fn: Callable[..., Any], args: tuple[Any, ...]) -> Stream:
+    def open(
+        self,
+        path: str,
+        pool: aiosubinterp.InterpreterPool,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+    ) -> Stream:
         send, recv = aiosubinterp.open_channel(STREAM_CAPACITY)
         # The producer gets `send` itself (not a clone): its close() there ends our `async for`.
         producer = pool.submit(fn, send, *args)
@@ -179,10 +188,16 @@ class ChannelResponse(StreamingResponse):
     its producer.
     """
 
-    def __init__(self, request: Request, fn: Callable[..., Any], *args: Any,
-                 frame: Callable[[Any], bytes | memoryview],
-                 ending: Callable[[str, Any], bytes] | None = None,
-                 media_type: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        request: Request,
+        fn: Callable[..., Any],
+        *args: Any,
+        frame: Callable[[Any], bytes | memoryview],
+        ending: Callable[[str, Any], bytes] | None = None,
+        media_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.streams: Streams = request.app.state.streams
         if self.streams.closing:
             raise HTTPException(503, "the server is shutting down\n")
@@ -231,6 +246,7 @@ class ChannelResponse(StreamingResponse):
 
 # -- endpoints ---------------------------------------------------------------------------
 
+
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     try:
         value = int(request.query_params.get(name, default))
@@ -256,8 +272,14 @@ async def stream(request: Request) -> Response:
     size = int_param(request, "size", 4096, 16, 1 << 20)
     # Lines of 64 KiB or more arrive as read-only memoryviews of the
     # producer's memory (no copy); the server writes them as they are.
-    return ChannelResponse(request, work.produce, count, size,
-                           frame=lambda data: data, media_type="text/plain; charset=ascii")
+    return ChannelResponse(
+        request,
+        work.produce,
+        count,
+        size,
+        frame=lambda data: data,
+        media_type="text/plain; charset=ascii",
+    )
 
 
 def sse(event: str, data: object, id: int | None = None) -> bytes:
@@ -280,22 +302,32 @@ async def events(request: Request) -> Response:
             return sse("result", {"n": n, "primes": result})
         return sse("shutdown", "the server is shutting down")
 
-    return ChannelResponse(request, work.produce_progress, n, step, frame=progress,
-                           ending=ending, media_type="text/event-stream",
-                           headers={"Cache-Control": "no-cache"})
+    return ChannelResponse(
+        request,
+        work.produce_progress,
+        n,
+        step,
+        frame=progress,
+        ending=ending,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 async def stats(request: Request) -> Response:
     cpu = request.state.cpu_pool
-    return JSONResponse({
-        "mode": request.app.state.settings[2],
-        "cpu_pool": cpu.statistics() if cpu is not None else None,
-        "stream_pool": request.state.stream_pool.statistics(),
-        "streams": [st.describe() for st in request.app.state.streams.recent],
-    })
+    return JSONResponse(
+        {
+            "mode": request.app.state.settings[2],
+            "cpu_pool": cpu.statistics() if cpu is not None else None,
+            "stream_pool": request.state.stream_pool.statistics(),
+            "streams": [st.describe() for st in request.app.state.streams.recent],
+        }
+    )
 
 
 # -- the app and its server --------------------------------------------------------------
+
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -309,20 +341,23 @@ async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
     async with contextlib.AsyncExitStack() as stack:
         cpu, run_cpu = await enter_cpu(stack, mode, workers)
         streams = await stack.enter_async_context(
-            aiosubinterp.InterpreterPool(max_streams, idle_spin=0))
+            aiosubinterp.InterpreterPool(max_streams, idle_spin=0)
+        )
         # Runs first on the way out: a producer still blocked on a channel
         # would keep its pool from closing.
         stack.callback(app.state.streams.end_all)
         # Warm up: each worker imports _web_work before the first request needs it.
-        await asyncio.gather(*(run_cpu(work.count_primes, 10)
-                               for _ in range(workers or os.cpu_count() or 1)),
-                             streams.run(work.count_primes, 10))
+        await asyncio.gather(
+            *(run_cpu(work.count_primes, 10) for _ in range(workers or os.cpu_count() or 1)),
+            streams.run(work.count_primes, 10),
+        )
         yield {"cpu_pool": cpu, "run_cpu": run_cpu, "stream_pool": streams}
     # Leaving the stack closed both pools: every interpreter (and process, or thread) is gone.
 
 
-def make_app(workers: int | None = None, max_streams: int = 2,
-             mode: str = "interpreters") -> Starlette:
+def make_app(
+    workers: int | None = None, max_streams: int = 2, mode: str = "interpreters"
+) -> Starlette:
     """The application; ``workers`` for /primes (default: one per CPU), in ``mode`` (MODES)."""
     check_mode(mode)
     app = Starlette(
@@ -362,9 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     loop, http = server_options()
     print(f"event loop: {loop}, HTTP parser: {http}; /primes: {args.mode}", flush=True)
-    config = uvicorn.Config(make_app(args.workers, args.max_streams, args.mode), host=args.host,
-                            port=args.port, loop=loop, http=http, lifespan="on",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        make_app(args.workers, args.max_streams, args.mode),
+        host=args.host,
+        port=args.port,
+        loop=loop,
+        http=http,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
     server = Server(config)
     try:
         server.run()

@@ -53,6 +53,7 @@ def count_primes(stop):
 
 # -- server ------------------------------------------------------------------------------
 
+
 async def serve(setup, ready, stop, heavy_n):
     """Serve until ``stop`` is set; ``ready`` gets the port."""
     import asyncio
@@ -102,6 +103,7 @@ async def serve(setup, ready, stop, heavy_n):
 
 # -- load --------------------------------------------------------------------------------
 
+
 async def load(port, duration, light_conns, heavy_conns, max_requests, light_rate):
     """Drive both endpoints at once for ``duration`` s; returns counts and light latencies."""
     import asyncio
@@ -135,8 +137,10 @@ async def load(port, duration, light_conns, heavy_conns, max_requests, light_rat
             writer.close()
 
     t0 = time.perf_counter()
-    await asyncio.gather(*[client("light", True) for _ in range(light_conns)],
-                         *[client("heavy", False) for _ in range(heavy_conns)])
+    await asyncio.gather(
+        *[client("light", True) for _ in range(light_conns)],
+        *[client("heavy", False) for _ in range(heavy_conns)],
+    )
     elapsed = time.perf_counter() - t0
     light_ms.sort()
     return {
@@ -144,7 +148,8 @@ async def load(port, duration, light_conns, heavy_conns, max_requests, light_rat
         "heavy_rps": counts["heavy"] / elapsed,
         "light_p50_ms": light_ms[len(light_ms) // 2] if light_ms else float("nan"),
         "light_p99_ms": light_ms[min(len(light_ms) - 1, int(len(light_ms) * 0.99))]
-        if light_ms else float("nan"),
+        if light_ms
+        else float("nan"),
         "requests": counts["light"] + counts["heavy"],
         "seconds": elapsed,
     }
@@ -170,9 +175,18 @@ def run_setup(setup, args):
         ready, stop = loop.create_future(), asyncio.Event()
         server = asyncio.create_task(serve(setup, ready, stop, args.heavy_n))
         port = await asyncio.wait_for(asyncio.shield(ready), 30) if not server.done() else None
-        cmd = [sys.executable, os.path.abspath(__file__), "--client", str(port),
-               "--duration", str(args.duration), "--max-requests", str(args.max_requests),
-               "--light-rate", str(args.light_rate)]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--client",
+            str(port),
+            "--duration",
+            str(args.duration),
+            "--max-requests",
+            str(args.max_requests),
+            "--light-rate",
+            str(args.light_rate),
+        ]
         # subprocess.Popen, not loop.subprocess_exec: the load process must not
         # share this loop's fate, and a plain fork+exec runs no Python in the child.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
@@ -196,16 +210,30 @@ def parse_args(argv):
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=3.0,
-                        help="seconds of load per set-up (default 3)")
-    parser.add_argument("--max-requests", type=int, default=20_000,
-                        help="stop a set-up's load after this many requests per endpoint")
-    parser.add_argument("--heavy-n", type=int, default=HEAVY_N,
-                        help=f"numbers checked per heavy request (default {HEAVY_N})")
-    parser.add_argument("--light-rate", type=float, default=200.0,
-                        help="light requests per second per connection, paced (default 200)")
-    parser.add_argument("--setups", default=",".join(SETUPS),
-                        help=f"comma-separated subset of {','.join(SETUPS)}")
+    parser.add_argument(
+        "--duration", type=float, default=3.0, help="seconds of load per set-up (default 3)"
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=20_000,
+        help="stop a set-up's load after this many requests per endpoint",
+    )
+    parser.add_argument(
+        "--heavy-n",
+        type=int,
+        default=HEAVY_N,
+        help=f"numbers checked per heavy request (default {HEAVY_N})",
+    )
+    parser.add_argument(
+        "--light-rate",
+        type=float,
+        default=200.0,
+        help="light requests per second per connection, paced (default 200)",
+    )
+    parser.add_argument(
+        "--setups", default=",".join(SETUPS), help=f"comma-separated subset of {','.join(SETUPS)}"
+    )
     parser.add_argument("--client", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -215,9 +243,16 @@ def main(argv=None):
     if args.client is not None:  # the load process
         loop, _ = new_loop()
         try:
-            result = loop.run_until_complete(load(args.client, args.duration, light_conns=2,
-                                                  heavy_conns=4, max_requests=args.max_requests,
-                                                  light_rate=args.light_rate))
+            result = loop.run_until_complete(
+                load(
+                    args.client,
+                    args.duration,
+                    light_conns=2,
+                    heavy_conns=4,
+                    max_requests=args.max_requests,
+                    light_rate=args.light_rate,
+                )
+            )
         finally:
             loop.close()
         print(json.dumps(result))
@@ -230,25 +265,35 @@ def main(argv=None):
         cpu0, t0 = os.times(), time.perf_counter()
         results[setup], loop_name = run_setup(setup, args)
         cpu1 = os.times()
-        cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system)
+        cpu = cpu1.user + cpu1.system - cpu0.user - cpu0.system
         results[setup]["server_cpu_per_wall"] = cpu / (time.perf_counter() - t0)
-    print(f"\nHTTP on 127.0.0.1 ({loop_name}), {os.cpu_count()} CPUs: 2 connections on /light "
-          f"(each paced at {args.light_rate:g}/s), 4 on /heavy (count_primes({args.heavy_n})), "
-          f"{args.duration:g} s per set-up\n")
-    print(f"  {'heavy work':<14} {'heavy req/s':>12} {'light req/s':>12} {'light p50 ms':>13} "
-          f"{'light p99 ms':>13} {'server CPU/wall':>16}")
+    print(
+        f"\nHTTP on 127.0.0.1 ({loop_name}), {os.cpu_count()} CPUs: 2 connections on /light "
+        f"(each paced at {args.light_rate:g}/s), 4 on /heavy (count_primes({args.heavy_n})), "
+        f"{args.duration:g} s per set-up\n"
+    )
+    print(
+        f"  {'heavy work':<14} {'heavy req/s':>12} {'light req/s':>12} {'light p50 ms':>13} "
+        f"{'light p99 ms':>13} {'server CPU/wall':>16}"
+    )
     for setup, r in results.items():
-        print(f"  {setup:<14} {r['heavy_rps']:12.1f} {r['light_rps']:12.0f} "
-              f"{r['light_p50_ms']:13.2f} {r['light_p99_ms']:13.2f} "
-              f"{r['server_cpu_per_wall']:16.2f}")
+        print(
+            f"  {setup:<14} {r['heavy_rps']:12.1f} {r['light_rps']:12.0f} "
+            f"{r['light_p50_ms']:13.2f} {r['light_p99_ms']:13.2f} "
+            f"{r['server_cpu_per_wall']:16.2f}"
+        )
     if {"inline", "aiosubinterp"} <= results.keys():
-        print(f"\n  light p99, inline / aiosubinterp: "
-              f"{results['inline']['light_p99_ms'] / results['aiosubinterp']['light_p99_ms']:.1f}x "
-              "(target >= 5x)")
+        print(
+            f"\n  light p99, inline / aiosubinterp: "
+            f"{results['inline']['light_p99_ms'] / results['aiosubinterp']['light_p99_ms']:.1f}x "
+            "(target >= 5x)"
+        )
     if {"to_thread", "aiosubinterp"} <= results.keys():
-        print(f"  heavy req/s, aiosubinterp / to_thread: "
-              f"{results['aiosubinterp']['heavy_rps'] / results['to_thread']['heavy_rps']:.2f}x "
-              "(target >= 1.7x)")
+        print(
+            f"  heavy req/s, aiosubinterp / to_thread: "
+            f"{results['aiosubinterp']['heavy_rps'] / results['to_thread']['heavy_rps']:.2f}x "
+            "(target >= 1.7x)"
+        )
     return 0
 
 

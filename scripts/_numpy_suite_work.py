@@ -39,9 +39,15 @@ __all__ = ["HELPERS", "run_file"]
 # and the stdlib modules numpy's test files import at module level that CPython
 # refuses in own-GIL interpreters: tracemalloc (its C module is single-phase),
 # and on 3.12 ctypes. Each is tried first: one that loads is left alone.
-HELPERS = ("numpy._core._rational_tests", "numpy._core._umath_tests",
-           "numpy._core._struct_ufunc_tests", "numpy._core._operand_flag_tests",
-           "numpy._core._simd", "tracemalloc", "ctypes")
+HELPERS = (
+    "numpy._core._rational_tests",
+    "numpy._core._umath_tests",
+    "numpy._core._struct_ufunc_tests",
+    "numpy._core._operand_flag_tests",
+    "numpy._core._simd",
+    "tracemalloc",
+    "ctypes",
+)
 
 # Uses of a placeholder so far (read before and after each test), and the last name used.
 _touches: list = [0, ""]
@@ -144,7 +150,8 @@ class _ParametersOfRefused:
                     full = f"{node.module}.{alias.name}"
                     if node.module in self.modules or full in self.modules:
                         self.names[alias.asname or alias.name] = (
-                            full if full in self.modules else node.module)
+                            full if full in self.modules else node.module
+                        )
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name in self.modules and alias.asname:
@@ -168,19 +175,28 @@ class _ParametersOfRefused:
         width, ident = 1, None
         if isinstance(node, ast.Tuple):
             width = len(node.elts)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "param"):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "param"
+        ):
             width = len(node.args)
             ident = next((k.value for k in node.keywords if k.arg == "id"), None)
         reason = ast.Constant(_SKIP_REFUSED + module)
         marks = ast.parse("pytest.mark.skip", mode="eval").body
         call = ast.Call(
             func=ast.parse("pytest.param", mode="eval").body,
-            args=[ast.Call(func=ast.Name("object", ast.Load()), args=[], keywords=[])
-                  for _ in range(width)],
-            keywords=[ast.keyword("marks", ast.Call(func=marks, args=[],
-                                                    keywords=[ast.keyword("reason", reason)]))]
-            + ([ast.keyword("id", ident)] if ident is not None else []))
+            args=[
+                ast.Call(func=ast.Name("object", ast.Load()), args=[], keywords=[])
+                for _ in range(width)
+            ],
+            keywords=[
+                ast.keyword(
+                    "marks", ast.Call(func=marks, args=[], keywords=[ast.keyword("reason", reason)])
+                )
+            ]
+            + ([ast.keyword("id", ident)] if ident is not None else []),
+        )
         return ast.fix_missing_locations(ast.copy_location(call, node))
 
     def transform(self, tree) -> int:
@@ -189,8 +205,12 @@ class _ParametersOfRefused:
         self.names_of(tree)
         changed = 0
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "parametrize" and len(node.args) >= 2):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "parametrize"
+                and len(node.args) >= 2
+            ):
                 continue
             values = node.args[1]
             if not isinstance(values, (ast.List, ast.Tuple)):
@@ -223,8 +243,10 @@ def _patch_collection(path: str, refused: set[str]) -> tuple:
         tree = ast.parse(source, filename=str(fn))
         changed[0] = _ParametersOfRefused(refused).transform(tree)
         rewrite.rewrite_asserts(tree, source, str(fn), config)
-        return (importlib.util.source_hash(source),
-                compile(tree, str(fn), "exec", dont_inherit=True))
+        return (
+            importlib.util.source_hash(source),
+            compile(tree, str(fn), "exec", dont_inherit=True),
+        )
 
     def read_pyc(source, pyc, trace=lambda x: None):
         # Never the cached (unpatched) code of the target.
@@ -322,18 +344,43 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
     import pytest
 
     refused = _install_placeholders() if helpers in ("placeholder", "parameters") else {}
-    undo, changed = (_patch_collection(path, set(refused)) if helpers == "parameters" and refused
-                     else (lambda: None, [0]))
+    undo, changed = (
+        _patch_collection(path, set(refused))
+        if helpers == "parameters" and refused
+        else (lambda: None, [0])
+    )
 
     site = os.path.dirname(os.path.dirname(numpy.__file__))
     work = tempfile.mkdtemp(prefix="numpy-suite-")
     ini = os.path.join(work, "pytest.ini")
     with open(ini, "w") as f:
         f.write("[pytest]\n")
-    args = [path, "-q", "-c", ini, "--rootdir", site, "--confcutdir", site,
-            "--capture=sys", "--basetemp", os.path.join(work, "tmp-" + uuid.uuid4().hex[:8]),
-            "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:timeout",
-            "-p", "no:asyncio", "-p", "no:randomly", "-W", "ignore::UserWarning", *extra]
+    args = [
+        path,
+        "-q",
+        "-c",
+        ini,
+        "--rootdir",
+        site,
+        "--confcutdir",
+        site,
+        "--capture=sys",
+        "--basetemp",
+        os.path.join(work, "tmp-" + uuid.uuid4().hex[:8]),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:faulthandler",
+        "-p",
+        "no:timeout",
+        "-p",
+        "no:asyncio",
+        "-p",
+        "no:randomly",
+        "-W",
+        "ignore::UserWarning",
+        *extra,
+    ]
     collector = _Collector()
     out = io.StringIO()
     saved = sys.stdout, sys.stderr
@@ -348,11 +395,18 @@ def run_file(path: str, helpers: str = "as-is", extra: tuple[str, ...] = ()) -> 
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)
-    return {"rc": rc, "seconds": round(seconds, 2), "collected": collector.collected,
-            "tests": collector.tests, "collect_errors": collector.collect_errors,
-            "refused_helpers": refused, "numpy": numpy.__version__,
-            "parameters_replaced": changed[0],
-            "numpy_file": numpy.__file__, "tail": out.getvalue()[-1500:]}
+    return {
+        "rc": rc,
+        "seconds": round(seconds, 2),
+        "collected": collector.collected,
+        "tests": collector.tests,
+        "collect_errors": collector.collect_errors,
+        "refused_helpers": refused,
+        "numpy": numpy.__version__,
+        "parameters_replaced": changed[0],
+        "numpy_file": numpy.__file__,
+        "tail": out.getvalue()[-1500:],
+    }
 
 
 if __name__ == "__main__":  # the baseline: python _numpy_suite_work.py FILE HELPERS OUT.json

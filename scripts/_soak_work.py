@@ -49,7 +49,7 @@ def orjson_work(seed: int) -> int:
     text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
     back = orjson.loads(text)
     try:
-        orjson.loads(b"{" + text[:seed % 50])
+        orjson.loads(b"{" + text[: seed % 50])
         error = "none"
     except orjson.JSONDecodeError as exc:
         error = str(exc)
@@ -97,8 +97,10 @@ def pydantic_work(seed: int) -> int:
     import pydantic
 
     order_model = _order_model()
-    raw = {"id": str(seed), "lines": [{"sku": f"k{i}", "qty": str(i + 1), "price": i / 3}
-                                       for i in range(50)]}
+    raw = {
+        "id": str(seed),
+        "lines": [{"sku": f"k{i}", "qty": str(i + 1), "price": i / 3} for i in range(50)],
+    }
     order = order_model.model_validate(raw)
     bad = dict(raw, lines=[{"sku": "x", "qty": -seed, "price": "no"}])
     try:
@@ -109,5 +111,9 @@ def pydantic_work(seed: int) -> int:
     return zlib.crc32((order.model_dump_json() + errors).encode())
 
 
-WORKLOADS = {"numpy": numpy_work, "orjson": orjson_work, "lxml": lxml_work,
-             "pydantic": pydantic_work}
+WORKLOADS = {
+    "numpy": numpy_work,
+    "orjson": orjson_work,
+    "lxml": lxml_work,
+    "pydantic": pydantic_work,
+}

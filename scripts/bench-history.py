@@ -44,9 +44,7 @@ HISTORY = os.path.join(ROOT, "benchmarks", "history")
 REQUIRED = ("date", "benchmark", "python", "machine", "command", "load", "tables", "notes")
 
 HEADING = re.compile(r"^#{2,6} (bench_[a-z_]+)")
-DATE_LINE = re.compile(
-    r"^- date: (\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)? UTC); machine: (.*)$"
-)
+DATE_LINE = re.compile(r"^- date: (\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)? UTC); machine: (.*)$")
 PYTHON_LINE = re.compile(r"^- Python: \S*Python (\S+) .*?; loop: ([^;]+)(?:;.* at git (\w+))?")
 COMMAND_LINE = re.compile(r"^- command: `(.*)`")
 PARAMS_LINE = re.compile(r"^- parameters: (.*)$")
@@ -262,8 +260,20 @@ def cmd_add(args: argparse.Namespace) -> None:
     with open(args.source, encoding="utf-8") as f:
         lines = f.read().splitlines()
     picked = [lines[i] for i in parse_ranges(args.lines)]
-    given = {k: getattr(args, k) for k in
-             ("date", "benchmark", "python", "machine", "command", "load", "title", "loop", "git")}
+    given = {
+        k: getattr(args, k)
+        for k in (
+            "date",
+            "benchmark",
+            "python",
+            "machine",
+            "command",
+            "load",
+            "title",
+            "loop",
+            "git",
+        )
+    }
     given["source"] = args.source_note
     print(save(make_run(picked, given), args.dir))
 

@@ -32,8 +32,9 @@ import zipfile
 from trove_classifiers import classifiers as KNOWN_CLASSIFIERS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VERSION = re.search(r'^__version__ = "(.*)"$',
-                    (ROOT / "src" / "aiosubinterp" / "_version.py").read_text(), re.M)
+VERSION = re.search(
+    r'^__version__ = "(.*)"$', (ROOT / "src" / "aiosubinterp" / "_version.py").read_text(), re.M
+)
 SUPPORTED = ("3.12", "3.13", "3.14", "3.15")
 
 
@@ -62,8 +63,9 @@ def metadata_problems(name: str, text: str) -> list[str]:
     for v in SUPPORTED:
         if f"Programming Language :: Python :: {v}" not in classifiers:
             problems.append(f"{name}: no classifier for Python {v}")
-    if not any(c.startswith("Programming Language :: Python :: Free Threading ::")
-               for c in classifiers):
+    if not any(
+        c.startswith("Programming Language :: Python :: Free Threading ::") for c in classifiers
+    ):
         problems.append(f"{name}: no free-threading classifier")
     return problems
 
@@ -81,9 +83,15 @@ def wheel_problems(path: pathlib.Path, version: str) -> list[str]:
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
         dist_info = f"aiosubinterp-{parts[1]}.dist-info"
-        needed = ["aiosubinterp/__init__.py", "aiosubinterp/_version.py", "aiosubinterp/py.typed",
-                  "aiosubinterp/_core.pyi", "aiosubinterp/demo/live.html",
-                  f"{dist_info}/licenses/LICENSE", f"{dist_info}/METADATA"]
+        needed = [
+            "aiosubinterp/__init__.py",
+            "aiosubinterp/_version.py",
+            "aiosubinterp/py.typed",
+            "aiosubinterp/_core.pyi",
+            "aiosubinterp/demo/live.html",
+            f"{dist_info}/licenses/LICENSE",
+            f"{dist_info}/METADATA",
+        ]
         problems += [f"{path.name}: lacks {n}" for n in needed if n not in names]
         so = f"aiosubinterp/_core.cpython-{abi.removeprefix('cp')}-x86_64-linux-gnu.so"
         if so not in names:
@@ -102,16 +110,39 @@ def sdist_problems(path: pathlib.Path) -> list[str]:
     with tarfile.open(path) as tf:
         top = path.name.removesuffix(".tar.gz")
         names = {m.name.removeprefix(top + "/") for m in tf.getmembers()}
-        needed = ["PKG-INFO", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md",
-                  "LICENSE", "CHANGELOG.md", "ext/_core.pyx", "ext/worker.pxi",
-                  "ext/includes/capi.pxd", "ext/includes/compat.h", "ext/includes/lockorder.h",
-                  "aiosubinterp/_version.py", "aiosubinterp/py.typed", "aiosubinterp/_core.pyi",
-                  "tests/conftest.py", "tests/test_pool.py", "tests/test_dist.py",
-                  "examples/aiohttp_app.py", "benchmarks/_harness.py", "mkdocs.yml",
-                  "docs/index.md", "docs/reference/pools.md"]
+        needed = [
+            "PKG-INFO",
+            "pyproject.toml",
+            "setup.py",
+            "MANIFEST.in",
+            "README.md",
+            "LICENSE",
+            "CHANGELOG.md",
+            "ext/_core.pyx",
+            "ext/worker.pxi",
+            "ext/includes/capi.pxd",
+            "ext/includes/compat.h",
+            "ext/includes/lockorder.h",
+            "aiosubinterp/_version.py",
+            "aiosubinterp/py.typed",
+            "aiosubinterp/_core.pyi",
+            "tests/conftest.py",
+            "tests/test_pool.py",
+            "tests/test_dist.py",
+            "examples/aiohttp_app.py",
+            "benchmarks/_harness.py",
+            "mkdocs.yml",
+            "docs/index.md",
+            "docs/reference/pools.md",
+        ]
         problems += [f"{path.name}: lacks {n}" for n in needed if n not in names]
-        unwanted = sorted(n for n in names if n in ("ext/_core.c", "ext/_core.html")
-                          or n.endswith((".so", ".pyc")) or "__pycache__" in n)
+        unwanted = sorted(
+            n
+            for n in names
+            if n in ("ext/_core.c", "ext/_core.html")
+            or n.endswith((".so", ".pyc"))
+            or "__pycache__" in n
+        )
         if unwanted:
             problems.append(f"{path.name}: holds build products: {unwanted[:5]}")
         pkg_info = tf.extractfile(f"{top}/PKG-INFO")

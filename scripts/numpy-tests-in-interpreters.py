@@ -52,10 +52,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-FILES = ["_core/tests/test_multiarray.py", "_core/tests/test_umath.py",
-         "_core/tests/test_ufunc.py", "_core/tests/test_einsum.py",
-         "random/tests/test_generator_mt19937.py", "_core/tests/test_numeric.py",
-         "linalg/tests/test_linalg.py"]
+FILES = [
+    "_core/tests/test_multiarray.py",
+    "_core/tests/test_umath.py",
+    "_core/tests/test_ufunc.py",
+    "_core/tests/test_einsum.py",
+    "random/tests/test_generator_mt19937.py",
+    "_core/tests/test_numeric.py",
+    "linalg/tests/test_linalg.py",
+]
 OUTCOMES = ["passed", "failed", "skipped", "xfailed", "xpassed", "error", "refused"]
 
 
@@ -87,6 +92,7 @@ def child_interpreters(files: list[str], mode: str, out: str, workers: int) -> N
 
     async def main() -> None:
         async with asi.InterpreterPool(workers, fallback="copy") as pool:
+
             async def one(path: str) -> None:
                 start = time.perf_counter()
                 try:
@@ -121,8 +127,20 @@ def spawn(kind: str, files: list[str], mode: str, workers: int, timeout: float) 
     os.close(fd)
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fallback="copy" sets it in the other child
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--mode", mode,
-           "--workers", str(workers), "--out", out, "--", *files]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        kind,
+        "--mode",
+        mode,
+        "--workers",
+        str(workers),
+        "--out",
+        out,
+        "--",
+        *files,
+    ]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -135,8 +153,12 @@ def spawn(kind: str, files: list[str], mode: str, workers: int, timeout: float) 
             path, result = json.loads(line)
             results[path] = result
     os.unlink(out)
-    return {"rc": rc, "seconds": round(time.perf_counter() - start, 1), "results": results,
-            "stderr": stderr[-3000:]}
+    return {
+        "rc": rc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "results": results,
+        "stderr": stderr[-3000:],
+    }
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -159,11 +181,15 @@ def counts(result: dict | None) -> str:
 def compare(path: str, base: dict | None, runs: dict[str, dict | None], rel: str) -> list[str]:
     """The lines of one file's table and its differences; appends to the problems list."""
     lines = [f"\n## {rel}\n", "| run | outcome | seconds |", "|---|---|---|"]
-    lines.append(f"| baseline (main interpreter) | {counts(base)} | "
-                 f"{base.get('seconds', '') if base else ''} |")
+    lines.append(
+        f"| baseline (main interpreter) | {counts(base)} | "
+        f"{base.get('seconds', '') if base else ''} |"
+    )
     for mode, result in runs.items():
-        lines.append(f"| interpreters, {mode} | {counts(result)} | "
-                     f"{result.get('seconds', '') if result else ''} |")
+        lines.append(
+            f"| interpreters, {mode} | {counts(result)} | "
+            f"{result.get('seconds', '') if result else ''} |"
+        )
     if not base or "tests" not in base:
         return lines
     for mode, result in runs.items():
@@ -181,16 +207,19 @@ def compare(path: str, base: dict | None, runs: dict[str, dict | None], rel: str
             if was[0] != now[0]:
                 diffs.append((nodeid, was[0], now))
         by = collections.Counter(now[0] for _, _, now in diffs)
-        lines.append(f"\n{mode}: {len(diffs)} test(s) differ from the baseline "
-                     f"({', '.join(f'{n} {k}' for k, n in by.items()) or 'none'}):")
+        lines.append(
+            f"\n{mode}: {len(diffs)} test(s) differ from the baseline "
+            f"({', '.join(f'{n} {k}' for k, n in by.items()) or 'none'}):"
+        )
         for nodeid, was, (now, reason) in diffs:
             lines.append(f"- `{nodeid}`: {was} -> {now}: {reason}")
         # Skipped in both, for another reason: not a difference of outcome, but said.
         for nodeid, (now, reason) in sorted(result["tests"].items()):
             was = base["tests"].get(nodeid)
             if now == "skipped" and was and was[0] == "skipped" and was[1] != reason:
-                lines.append(f"- (skipped in both) `{nodeid}`: baseline: {was[1]}; "
-                             f"interpreters: {reason}")
+                lines.append(
+                    f"- (skipped in both) `{nodeid}`: baseline: {was[1]}; interpreters: {reason}"
+                )
     return lines
 
 
@@ -198,16 +227,23 @@ def unexplained(base: dict | None, result: dict | None) -> int:
     """Tests that ran in an interpreter without using a refused helper, yet differ."""
     if not base or not result or "tests" not in result or "tests" not in base:
         return 0 if result and "tests" in result else 1
-    return sum(1 for nodeid, (now, _) in result["tests"].items()
-               if now not in ("refused",) and base["tests"].get(nodeid, ["absent"])[0] != now)
+    return sum(
+        1
+        for nodeid, (now, _) in result["tests"].items()
+        if now not in ("refused",) and base["tests"].get(nodeid, ["absent"])[0] != now
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", nargs="*", default=FILES,
-                        help="test files, relative to the numpy package folder")
-    parser.add_argument("--modes", default="as-is,parameters",
-                        help="as-is, placeholder, parameters (comma-separated)")
+    parser.add_argument(
+        "--files", nargs="*", default=FILES, help="test files, relative to the numpy package folder"
+    )
+    parser.add_argument(
+        "--modes",
+        default="as-is,parameters",
+        help="as-is, placeholder, parameters (comma-separated)",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", help="write every outcome to this file")
@@ -227,31 +263,55 @@ def main() -> int:
     paths = [os.path.join(root, rel) for rel in args.files]
     numpy_version = subprocess.run(
         [sys.executable, "-c", "import numpy; print(numpy.__version__)"],
-        capture_output=True, text=True, check=True).stdout.strip()
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     print(f"# numpy's tests in interpreters ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
-    print(f"Python {sys.version.split()[0]} ({sys.executable}), numpy {numpy_version}, "
-          f"{args.workers} workers with fallback=\"copy\"")
+    print(
+        f"Python {sys.version.split()[0]} ({sys.executable}), numpy {numpy_version}, "
+        f'{args.workers} workers with fallback="copy"'
+    )
     base = spawn("baseline", paths, "as-is", 1, args.timeout)
     runs = {}
     for mode in args.modes.split(","):
         runs[mode] = spawn("interpreters", paths, mode, args.workers, args.timeout)
-    print(f"\nchildren: baseline rc={base['rc']} ({base['seconds']} s); " + "; ".join(
-        f"interpreters {mode} rc={run['rc']} ({run['seconds']} s)" for mode, run in runs.items()))
+    print(
+        f"\nchildren: baseline rc={base['rc']} ({base['seconds']} s); "
+        + "; ".join(
+            f"interpreters {mode} rc={run['rc']} ({run['seconds']} s)" for mode, run in runs.items()
+        )
+    )
     for name, run in [("baseline", base), *runs.items()]:
         if run["rc"] != 0:
             print(f"{name} child's stderr (last lines):\n{run['stderr']}")
     problems = 0
     for rel, path in zip(args.files, paths, strict=True):
-        print("\n".join(compare(path, base["results"].get(path),
-                                {m: r["results"].get(path) for m, r in runs.items()}, rel)))
+        print(
+            "\n".join(
+                compare(
+                    path,
+                    base["results"].get(path),
+                    {m: r["results"].get(path) for m, r in runs.items()},
+                    rel,
+                )
+            )
+        )
         for run in runs.values():
             problems += unexplained(base["results"].get(path), run["results"].get(path))
     problems += sum(1 for run in [base, *runs.values()] if run["rc"] != 0)
     print(f"\nunexplained differences (not a refused helper) and failed children: {problems}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"python": sys.version, "numpy": numpy_version, "baseline": base,
-                       "interpreters": runs}, f)
+            json.dump(
+                {
+                    "python": sys.version,
+                    "numpy": numpy_version,
+                    "baseline": base,
+                    "interpreters": runs,
+                },
+                f,
+            )
     return 1 if problems else 0
 
 

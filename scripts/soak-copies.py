@@ -73,8 +73,7 @@ async def soak(args: argparse.Namespace) -> dict:
     seconds = args.minutes * 60
     async with asi.InterpreterPool(args.workers, fallback="copy") as pool:
         # The pool set OPENBLAS_NUM_THREADS and the like before main loads numpy here.
-        expected = {(name, seed): work.WORKLOADS[name](seed)
-                    for name in packages for seed in SEEDS}
+        expected = {(name, seed): work.WORKLOADS[name](seed) for name in packages for seed in SEEDS}
         start = time.monotonic()
         deadline = start + seconds
 
@@ -96,9 +95,11 @@ async def soak(args: argparse.Namespace) -> dict:
                 rss, pss = memory()
                 elapsed = time.monotonic() - start
                 samples.append((round(elapsed, 1), round(rss, 1), round(pss, 1)))
-                print(f"{elapsed:7.1f} s  RSS {rss:8.1f} MiB  PSS {pss:8.1f} MiB  "
-                      f"calls {sum(done.values()):7d}  wrong {len(wrong)}  failed {len(failed)}",
-                      flush=True)
+                print(
+                    f"{elapsed:7.1f} s  RSS {rss:8.1f} MiB  PSS {pss:8.1f} MiB  "
+                    f"calls {sum(done.values()):7d}  wrong {len(wrong)}  failed {len(failed)}",
+                    flush=True,
+                )
                 if time.monotonic() >= deadline:
                     return
                 await asyncio.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
@@ -109,11 +110,19 @@ async def soak(args: argparse.Namespace) -> dict:
     after = [(t, rss) for t, rss, _ in samples if t >= 0.2 * seconds]
     base = after[0][1] if after else 0.0
     growth = (after[-1][1] - base) / base * 100 if after and base else 0.0
-    return {"python": sys.version.split()[0], "minutes": args.minutes, "workers": args.workers,
-            "calls": dict(done), "wrong": wrong, "failed": failed, "samples": samples,
-            "rss_slope_mib_per_min": round(slope(after) * 60, 3),
-            "rss_growth_after_warmup_percent": round(growth, 2),
-            "copies": stats.get("copies"), "copies_bytes": stats.get("copies_bytes")}
+    return {
+        "python": sys.version.split()[0],
+        "minutes": args.minutes,
+        "workers": args.workers,
+        "calls": dict(done),
+        "wrong": wrong,
+        "failed": failed,
+        "samples": samples,
+        "rss_slope_mib_per_min": round(slope(after) * 60, 3),
+        "rss_growth_after_warmup_percent": round(growth, 2),
+        "copies": stats.get("copies"),
+        "copies_bytes": stats.get("copies_bytes"),
+    }
 
 
 def main() -> int:
@@ -124,20 +133,27 @@ def main() -> int:
     parser.add_argument("--packages", default="numpy,orjson,lxml,pydantic")
     parser.add_argument("--json", help="write the summary and the series to this file")
     args = parser.parse_args()
-    print(f"soak: {args.workers} workers, fallback=\"copy\", {args.minutes} min, Python "
-          f"{sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-          flush=True)
+    print(
+        f'soak: {args.workers} workers, fallback="copy", {args.minutes} min, Python '
+        f"{sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        flush=True,
+    )
     result = asyncio.run(soak(args))
-    print("\ncalls per package: " + ", ".join(f"{k} {v}" for k, v in sorted(
-        result["calls"].items())) + f" (total {sum(result['calls'].values())})")
+    print(
+        "\ncalls per package: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result["calls"].items()))
+        + f" (total {sum(result['calls'].values())})"
+    )
     print(f"wrong results: {len(result['wrong'])}; failed calls: {len(result['failed'])}")
     for line in (result["wrong"] + result["failed"])[:20]:
         print("  " + line)
     print(f"copies made: {result['copies']} ({(result['copies_bytes'] or 0) / 2**20:.1f} MiB)")
     print("RSS series (MiB): " + " ".join(f"{rss:.0f}" for _, rss, _ in result["samples"]))
     print("PSS series (MiB): " + " ".join(f"{pss:.0f}" for _, _, pss in result["samples"]))
-    print(f"after warm-up (first 20%): RSS slope {result['rss_slope_mib_per_min']} MiB/min, "
-          f"growth {result['rss_growth_after_warmup_percent']}%")
+    print(
+        f"after warm-up (first 20%): RSS slope {result['rss_slope_mib_per_min']} MiB/min, "
+        f"growth {result['rss_growth_after_warmup_percent']}%"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f)

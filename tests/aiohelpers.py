@@ -31,8 +31,6 @@ async def until(check, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
-
-
 def collect_until(check, timeout: float = 30.0) -> None:
     """Collect garbage until check() is true (an object's finalizer ran).
 

@@ -137,4 +137,3 @@ async def async_initializer(value):
 
     await asyncio.sleep(0)
     STATE["initialized"] = value
-

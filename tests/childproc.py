@@ -27,10 +27,18 @@ def run_child(tmp_path, source: str, timeout: float = 90) -> subprocess.Complete
     script.write_text(textwrap.dedent(source))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
     try:
-        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=timeout, cwd=str(tmp_path), env=env)
+        return subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(tmp_path),
+            env=env,
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr
-        pytest.fail(f"the child froze (killed after {timeout} s); its output:\n{out}\n"
-                    f"its stderr:\n{(err or '')[-3000:]}")
+        pytest.fail(
+            f"the child froze (killed after {timeout} s); its output:\n{out}\n"
+            f"its stderr:\n{(err or '')[-3000:]}"
+        )

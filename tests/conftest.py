@@ -52,6 +52,7 @@ def _warm_up_loops():
     # even a numeric one, as the HTTP clients of the examples' tests do):
     # both before the first snapshot, so neither counts as a leak.
     if uvloop is not None:
+
         async def resolve() -> None:
             await asyncio.get_running_loop().getaddrinfo("127.0.0.1", 0)
 
@@ -68,9 +69,11 @@ def no_leaks(_warm_up_loops):
     yield
     gc.collect()
     assert _settled(lambda: not _core.live_workers()), (
-        f"worker interpreters outlived the test: {_core.live_workers()}")
+        f"worker interpreters outlived the test: {_core.live_workers()}"
+    )
     assert _settled(lambda: _threads() <= threads), (
-        f"threads outlived the test: {_threads()} > {threads}")
+        f"threads outlived the test: {_threads()} > {threads}"
+    )
     assert _settled(lambda: not (_fds() - fds)), f"fds outlived the test: {_fds() - fds}"
     assert _core.list_interpreter_ids() == [_core.main_interpreter_id()]
 

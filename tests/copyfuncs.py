@@ -48,8 +48,12 @@ def orjson_digest() -> int:
 
     import orjson
 
-    data = {"a": [1, 2.5, "x"], "t": datetime.datetime(2020, 1, 2, 3, 4, 5),
-            "u": uuid.UUID(int=5), "n": None}
+    data = {
+        "a": [1, 2.5, "x"],
+        "t": datetime.datetime(2020, 1, 2, 3, 4, 5),
+        "u": uuid.UUID(int=5),
+        "n": None,
+    }
     text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
     return zlib.crc32(text + repr(orjson.loads(text)).encode())
 

@@ -8,8 +8,7 @@ log = logging.getLogger("logtest.app")
 
 
 def log_warning(x: object) -> None:
-    log.warning("working on %s", x, extra={"request": "r-17", "weight": 2.5,
-                                            "blob": object()})
+    log.warning("working on %s", x, extra={"request": "r-17", "weight": 2.5, "blob": object()})
 
 
 def log_levels() -> None:

@@ -27,10 +27,13 @@ def hold_gil(flag, wfd):
     """
     mv = memoryview(flag)
     collections.deque(
-        itertools.chain(map(os.write, [wfd], [b"s"]),
-                        map(operator.setitem, [mv], [1], [1]),
-                        iter(functools.partial(operator.getitem, mv, 0), 1)),
-        maxlen=0)
+        itertools.chain(
+            map(os.write, [wfd], [b"s"]),
+            map(operator.setitem, [mv], [1], [1]),
+            iter(functools.partial(operator.getitem, mv, 0), 1),
+        ),
+        maxlen=0,
+    )
     return "released"
 
 

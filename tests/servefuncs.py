@@ -22,8 +22,13 @@ def _interp() -> int:
 
 
 async def _reply(send, body: bytes, content_type: bytes = b"text/plain", status: int = 200):
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type), (b"content-length", b"%d" % len(body))]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", b"%d" % len(body))],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -53,23 +58,33 @@ async def app(scope, receive, send):
                         f.write("done")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    path = scope["path"][len(scope["root_path"]):]  # the server's path includes root_path
+    path = scope["path"][len(scope["root_path"]) :]  # the server's path includes root_path
     if path == "/":
         await _reply(send, b"Hello, world!")
     elif path == "/json":
-        body = json.dumps({"interpreter": _interp(), "started_in": scope["state"]["started_in"],
-                           "root_path": scope["root_path"], "method": scope["method"],
-                           "query": scope["query_string"].decode()}).encode()
+        body = json.dumps(
+            {
+                "interpreter": _interp(),
+                "started_in": scope["state"]["started_in"],
+                "root_path": scope["root_path"],
+                "method": scope["method"],
+                "query": scope["query_string"].decode(),
+            }
+        ).encode()
         await _reply(send, body, b"application/json")
     elif path == "/echo":
         await _reply(send, await _read_body(receive))
     elif path == "/stream":
         count = int(scope["query_string"].decode().partition("=")[2] or 5)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/plain")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/plain")],
+            }
+        )
         for i in range(count):
-            await send({"type": "http.response.body", "body": b"chunk %d\n" % i,
-                        "more_body": True})
+            await send({"type": "http.response.body", "body": b"chunk %d\n" % i, "more_body": True})
             await asyncio.sleep(0)
         await send({"type": "http.response.body", "body": b""})
     elif path == "/slow":
@@ -84,8 +99,13 @@ async def app(scope, receive, send):
     elif path == "/late":
         # The head at once, the body once the file ?path= exists.
         target = scope["query_string"].decode().partition("=")[2]
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/plain")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/plain")],
+            }
+        )
         while not os.path.exists(target):
             await asyncio.sleep(0.02)
         await send({"type": "http.response.body", "body": b"late body"})
@@ -129,8 +149,7 @@ def make_starlette():
         return PlainTextResponse("Hello, world!")
 
     async def as_json(request):
-        return JSONResponse({"interpreter": _interp(),
-                             "started_in": request.state.started_in})
+        return JSONResponse({"interpreter": _interp(), "started_in": request.state.started_in})
 
     async def stream(request):
         async def lines():
@@ -142,8 +161,10 @@ def make_starlette():
     async def lifespan(app):
         yield {"started_in": _interp()}
 
-    return Starlette(routes=[Route("/", plaintext), Route("/json", as_json),
-                             Route("/stream", stream)], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/", plaintext), Route("/json", as_json), Route("/stream", stream)],
+        lifespan=lifespan,
+    )
 
 
 not_callable = 42

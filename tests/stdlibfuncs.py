@@ -272,15 +272,21 @@ def _ex_functools():
     def fib(n):
         return n if n < 2 else fib(n - 1) + fib(n - 2)
 
-    return fib(80), functools.reduce(lambda a, b: a * b, range(1, 20)), functools.cmp_to_key(
-        lambda a, b: b - a)(1) < functools.cmp_to_key(lambda a, b: b - a)(2)
+    return (
+        fib(80),
+        functools.reduce(lambda a, b: a * b, range(1, 20)),
+        functools.cmp_to_key(lambda a, b: b - a)(1) < functools.cmp_to_key(lambda a, b: b - a)(2),
+    )
 
 
 def _ex_itertools():
     import itertools
 
-    return (list(itertools.islice(itertools.permutations("abcd", 2), 5)),
-            list(itertools.accumulate(range(6))), list(itertools.batched(range(7), 3)))
+    return (
+        list(itertools.islice(itertools.permutations("abcd", 2), 5)),
+        list(itertools.accumulate(range(6))),
+        list(itertools.batched(range(7), 3)),
+    )
 
 
 def _ex_operator():
@@ -374,8 +380,11 @@ def _ex_decimal():
 
     with decimal.localcontext(prec=40):
         third = decimal.Decimal(1) / decimal.Decimal(3)
-    return str(third), str(decimal.Decimal("1.10") + decimal.Decimal("2.205")), str(
-        decimal.Decimal(2).sqrt())
+    return (
+        str(third),
+        str(decimal.Decimal("1.10") + decimal.Decimal("2.205")),
+        str(decimal.Decimal(2).sqrt()),
+    )
 
 
 def _ex_datetime():
@@ -383,8 +392,12 @@ def _ex_datetime():
 
     t = datetime.datetime(2024, 2, 29, 23, 59, 30, tzinfo=datetime.UTC)
     later = t + datetime.timedelta(seconds=45)
-    return later.isoformat(), t.strftime("%A %j"), (later - t).total_seconds(), datetime.date(
-        2024, 3, 1).toordinal()
+    return (
+        later.isoformat(),
+        t.strftime("%A %j"),
+        (later - t).total_seconds(),
+        datetime.date(2024, 3, 1).toordinal(),
+    )
 
 
 def _ex_zoneinfo():
@@ -396,8 +409,11 @@ def _ex_zoneinfo():
     except zoneinfo.ZoneInfoNotFoundError:  # no tz database on this machine
         return "no tzdata"
     summer = datetime.datetime(2024, 7, 1, 12, tzinfo=tz)
-    return summer.utcoffset().total_seconds(), summer.tzname(), summer.astimezone(
-        datetime.UTC).isoformat()
+    return (
+        summer.utcoffset().total_seconds(),
+        summer.tzname(),
+        summer.astimezone(datetime.UTC).isoformat(),
+    )
 
 
 def _ex_statistics():
@@ -411,8 +427,12 @@ def _ex_statistics():
 def _ex_hashlib():
     import hashlib
 
-    return (hashlib.sha256(_DATA).hexdigest(), hashlib.md5(_DATA).hexdigest(),
-            hashlib.blake2b(_DATA, digest_size=16).hexdigest(), hashlib.sha3_256(_DATA).hexdigest())
+    return (
+        hashlib.sha256(_DATA).hexdigest(),
+        hashlib.md5(_DATA).hexdigest(),
+        hashlib.blake2b(_DATA, digest_size=16).hexdigest(),
+        hashlib.sha3_256(_DATA).hexdigest(),
+    )
 
 
 def _ex_hmac():
@@ -432,7 +452,8 @@ def _ex_subprocess():
     import subprocess
 
     return subprocess.list2cmdline(["a b", 'c"d']), subprocess.run(
-        [sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True, check=True).stdout
+        [sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _ex_threading():
@@ -509,8 +530,11 @@ def _ex_textwrap():
 def _ex_string():
     import string
 
-    return (string.Template("$x-${y}").substitute(x=1, y="z"), string.Formatter().format(
-        "{0:>4}|{k}", 7, k="v"), string.capwords("hello big world"))
+    return (
+        string.Template("$x-${y}").substitute(x=1, y="z"),
+        string.Formatter().format("{0:>4}|{k}", 7, k="v"),
+        string.capwords("hello big world"),
+    )
 
 
 def _ex_difflib():
@@ -563,8 +587,11 @@ def _ex_collections():
 
     d = collections.OrderedDict.fromkeys("abc")
     d.move_to_end("a")
-    return (list(d), collections.Counter("abracadabra").most_common(2),
-            list(collections.deque(range(5), maxlen=3)))
+    return (
+        list(d),
+        collections.Counter("abracadabra").most_common(2),
+        list(collections.deque(range(5), maxlen=3)),
+    )
 
 
 def _ex_ctypes():
@@ -701,6 +728,10 @@ def keyword_calls():
 
     q = queue.SimpleQueue()
     q.put(1)
-    return (math.isclose(1.0, 1.0, rel_tol=0.1), zlib.compress(b"x", level=1),
-            binascii.b2a_base64(b"x", newline=False), q.get(block=False),
-            zlib.decompressobj().decompress(zlib.compress(b"abc"), max_length=2))
+    return (
+        math.isclose(1.0, 1.0, rel_tol=0.1),
+        zlib.compress(b"x", level=1),
+        binascii.b2a_base64(b"x", newline=False),
+        q.get(block=False),
+        zlib.decompressobj().decompress(zlib.compress(b"abc"), max_length=2),
+    )

@@ -20,9 +20,10 @@ from aiosubinterp._inside import worker as _worker
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
 
-needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="CPython 3.12 aborts at exit after a loop ran in a "
-                                      "subinterpreter")
+needs_313 = pytest.mark.skipif(
+    not _worker.coroutines_supported(),
+    reason="CPython 3.12 aborts at exit after a loop ran in a subinterpreter",
+)
 
 
 @needs_313
@@ -92,15 +93,21 @@ async def test_timeout_on_a_coroutine(pipe):
 async def test_coroutines_in_several_workers_and_interpreter_tasks():
     async with asi.InterpreterPool(2) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(asyncfuncs.async_add, i, i) for i in range(20))), 60)
+            asyncio.gather(*(pool.run(asyncfuncs.async_add, i, i) for i in range(20))), 60
+        )
         assert results == [2 * i for i in range(20)]
 
 
 def _run_child(source: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS)])
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True,
-                          text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 @pytest.mark.skipif(_worker.coroutines_supported(), reason="the refusal is for CPython 3.12")
@@ -134,8 +141,13 @@ def test_coroutines_refused_on_312_with_a_clear_error():
 
 
 def test_example_async_in_worker():
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "async_in_worker.py")],
-                          capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "async_in_worker.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
     assert proc.returncode == 0, proc.stderr
     if _worker.coroutines_supported():
         assert "fetched 12 pages" in proc.stdout

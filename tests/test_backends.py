@@ -27,10 +27,31 @@ FD = asi.FileDescriptor
 
 
 VALUES = [
-    None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**200, -(3**150), 1.5, float("inf"),
-    3 + 4j, "", "héllo wörld ✓", "lone \udc80 surrogate", b"", b"\x00\xff" * 1000,
-    (), (1, ("a", (b"b", None))), frozenset({1, "x", (2, 3)}),
-    [1, 2, [3]], {"a": 1, "b": [2.5]}, {1, 2}, bytearray(b"xyz"), workfuncs.Point(1, 2),
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63),
+    2**200,
+    -(3**150),
+    1.5,
+    float("inf"),
+    3 + 4j,
+    "",
+    "héllo wörld ✓",
+    "lone \udc80 surrogate",
+    b"",
+    b"\x00\xff" * 1000,
+    (),
+    (1, ("a", (b"b", None))),
+    frozenset({1, "x", (2, 3)}),
+    [1, 2, [3]],
+    {"a": 1, "b": [2.5]},
+    {1, 2},
+    bytearray(b"xyz"),
+    workfuncs.Point(1, 2),
     tuple(range(1000)),
 ]
 
@@ -196,10 +217,15 @@ async def test_never_started_pool_closes(backend):
 
 
 async def test_preload_and_initializer(backend):
-    async with backend.pool(2, preload=("json", "fractions"), initializer=workfuncs.set_state,
-                            initargs=("greeting", "hi")) as pool:
+    async with backend.pool(
+        2,
+        preload=("json", "fractions"),
+        initializer=workfuncs.set_state,
+        initargs=("greeting", "hi"),
+    ) as pool:
         results = await asyncio.gather(
-            *(pool.run(workfuncs.get_state, "greeting") for _ in range(8)))
+            *(pool.run(workfuncs.get_state, "greeting") for _ in range(8))
+        )
         assert results == ["hi"] * 8
         assert await pool.run(workfuncs.imported, "fractions") is True
 
@@ -226,7 +252,11 @@ async def test_start_returns_with_one_worker_and_wait_ready_waits_for_all(backen
         await asyncio.wait_for(pool.wait_ready(), 60)
         assert pool.statistics()["starting"] == 0
         assert await asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(4))) == [
-            0, 1, 4, 9]
+            0,
+            1,
+            4,
+            9,
+        ]
     with pytest.raises(asi.PoolClosedError):
         await pool.wait_ready()
 
@@ -287,15 +317,17 @@ def test_pool_shared_by_two_loops_in_two_threads(backend):
     def thread_main(label, offset):
         async def go():
             return await asyncio.gather(
-                *(pool.run(workfuncs.square, offset + i) for i in range(100)))
+                *(pool.run(workfuncs.square, offset + i) for i in range(100))
+            )
 
         try:
             results[label] = asyncio.run(go())
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=thread_main, args=(n, k))
-               for n, k in (("a", 0), ("b", 1000))]
+    threads = [
+        threading.Thread(target=thread_main, args=(n, k)) for n, k in (("a", 0), ("b", 1000))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -512,7 +544,11 @@ async def test_the_end_protocol_inside_the_worker(backend):
     send, recv = asi.open_channel(4)
     async with backend.pool(1) as pool:
         assert await pool.run(procfuncs.end_protocol, send, recv) == [
-            True, True, "clone refused", ["a", "b"]]
+            True,
+            True,
+            "clone refused",
+            ["a", "b"],
+        ]
     assert send.closed
     recv.close()
 

@@ -31,24 +31,44 @@ def _fonts_loaded(tmp_path_factory):
 
 
 def _doc(summary, targets, name="bench_throughput"):
-    return {"benchmark": f"{name}.py", "title": f"{name}: what it measures",
-            "meta": {"python": "CPython 3.13.0", "date": "2026-12-04"}, "params": {"quick": True},
-            "summary": summary, "targets": targets}
+    return {
+        "benchmark": f"{name}.py",
+        "title": f"{name}: what it measures",
+        "meta": {"python": "CPython 3.13.0", "date": "2026-12-04"},
+        "params": {"quick": True},
+        "summary": summary,
+        "targets": targets,
+    }
 
 
 def _target(what, measured, op, limit, unit="x"):
     ok = {"<=": measured <= limit, "<": measured < limit, ">=": measured >= limit}[op]
-    return {"what": what, "measured": measured, "op": op, "limit": limit, "unit": unit,
-            "verdict": "n/a" if math.isnan(measured) else ("PASS" if ok else "MISS"),
-            "note": "3.14+"}
+    return {
+        "what": what,
+        "measured": measured,
+        "op": op,
+        "limit": limit,
+        "unit": unit,
+        "verdict": "n/a" if math.isnan(measured) else ("PASS" if ok else "MISS"),
+        "note": "3.14+",
+    }
 
 
 def test_chart_has_title_contenders_and_targets(tmp_path):
-    doc = _doc({"median_tasks_per_s": {"aiosubinterp": 120_000.0, "to_thread": 22_000.0,
-                                       "procpool-fork": 7_000.0}},
-               [_target("tasks/s / to_thread's", 5.5, ">=", 3),
-                _target("tasks/s / process pool's", 8.0, ">=", 10),
-                _target("tasks/s / stdlib executor's", math.nan, ">=", 10)])
+    doc = _doc(
+        {
+            "median_tasks_per_s": {
+                "aiosubinterp": 120_000.0,
+                "to_thread": 22_000.0,
+                "procpool-fork": 7_000.0,
+            }
+        },
+        [
+            _target("tasks/s / to_thread's", 5.5, ">=", 3),
+            _target("tasks/s / process pool's", 8.0, ">=", 10),
+            _target("tasks/s / stdlib executor's", math.nan, ">=", 10),
+        ],
+    )
     path = tmp_path / "c.png"
     bench.chart(str(path), doc)
     with Image.open(path) as png:
@@ -63,9 +83,14 @@ def test_chart_has_title_contenders_and_targets(tmp_path):
 
 def test_chart_colours_the_dask_plugin_as_ours(tmp_path):
     path = tmp_path / "c.png"
-    bench.chart(str(path), _doc({"median_tasks_per_s": {"dask threads": 30.0,
-                                                        "dask interpreters": 60.0}}, [],
-                                "bench_dask"))
+    bench.chart(
+        str(path),
+        _doc(
+            {"median_tasks_per_s": {"dask threads": 30.0, "dask interpreters": 60.0}},
+            [],
+            "bench_dask",
+        ),
+    )
     with Image.open(path) as png:
         colours = {rgb for _, rgb in png.convert("RGB").getcolors(maxcolors=1 << 20)}
     assert {BLUE, GRAY} <= colours
@@ -82,21 +107,44 @@ def test_chart_without_contenders_or_targets(tmp_path):
         assert png.size == (1100, 300)
 
 
-@pytest.mark.parametrize(("summary", "name", "expected"), [
-    ({"median_tasks_per_s": {"a": 1.0}}, "bench_throughput", ("tasks/s", "higher", {"a": 1.0})),
-    ({"speedup": {"serial": 1.0, "b": 1.7}}, "bench_cpu_scaling", ("x", "higher", None)),
-    ({"lag_ms": {"a": {"p50": 0.1, "p99": 0.9}}}, "bench_loop_lag", ("ms", "lower", {"a": 0.9})),
-    ({"medians": {"a": {"small_i2l": 5.0}}}, "bench_channel", ("items/s", "higher", {"a": 5.0})),
-    ({"http": {"a": {"light_p99_ms": 2.5, "heavy_rps": 90.0}}}, "bench_http",
-     ("ms", "lower", {"a": 2.5})),
-    ({"stats": {"a": {"p50": 15.0}}}, "bench_roundtrip", ("µs", "lower", {"a": 15.0})),
-    ({"stats": {"a 64MiB-echo": {"p50": 19.0}, "a 1MiB-len": {"p50": 2.0}}}, "bench_buffer",
-     ("µs", "lower", {"a": 19.0})),
-    ({"records_per_s": {"a": 9.0}, "dropped_records_per_s": {"a": 90.0}}, "bench_logging",
-     ("records/s", "higher", {"a": 9.0})),
-    ({"a": {"first_result_ms": {"p50": 50.0}}, "b": 3}, "bench_startup",
-     ("ms", "lower", {"a": 50.0})),
-])
+@pytest.mark.parametrize(
+    ("summary", "name", "expected"),
+    [
+        ({"median_tasks_per_s": {"a": 1.0}}, "bench_throughput", ("tasks/s", "higher", {"a": 1.0})),
+        ({"speedup": {"serial": 1.0, "b": 1.7}}, "bench_cpu_scaling", ("x", "higher", None)),
+        (
+            {"lag_ms": {"a": {"p50": 0.1, "p99": 0.9}}},
+            "bench_loop_lag",
+            ("ms", "lower", {"a": 0.9}),
+        ),
+        (
+            {"medians": {"a": {"small_i2l": 5.0}}},
+            "bench_channel",
+            ("items/s", "higher", {"a": 5.0}),
+        ),
+        (
+            {"http": {"a": {"light_p99_ms": 2.5, "heavy_rps": 90.0}}},
+            "bench_http",
+            ("ms", "lower", {"a": 2.5}),
+        ),
+        ({"stats": {"a": {"p50": 15.0}}}, "bench_roundtrip", ("µs", "lower", {"a": 15.0})),
+        (
+            {"stats": {"a 64MiB-echo": {"p50": 19.0}, "a 1MiB-len": {"p50": 2.0}}},
+            "bench_buffer",
+            ("µs", "lower", {"a": 19.0}),
+        ),
+        (
+            {"records_per_s": {"a": 9.0}, "dropped_records_per_s": {"a": 90.0}},
+            "bench_logging",
+            ("records/s", "higher", {"a": 9.0}),
+        ),
+        (
+            {"a": {"first_result_ms": {"p50": 50.0}}, "b": 3},
+            "bench_startup",
+            ("ms", "lower", {"a": 50.0}),
+        ),
+    ],
+)
 def test_headline_reads_every_benchmarks_summary(summary, name, expected):
     _, unit, better, values = bench.headline(_doc(summary, [], name))
     assert (unit, better) == expected[:2]
@@ -122,8 +170,10 @@ def test_progress_off_a_terminal_prints_plain_lines(capsys, monkeypatch):
 
 
 def test_report_section_has_both_tables():
-    doc = _doc({"median_tasks_per_s": {"aiosubinterp": 1000.0, "to_thread": 200.0}},
-               [_target("tasks/s / to_thread's", 5.0, ">=", 3)])
+    doc = _doc(
+        {"median_tasks_per_s": {"aiosubinterp": 1000.0, "to_thread": 200.0}},
+        [_target("tasks/s / to_thread's", 5.0, ">=", 3)],
+    )
     doc["meta"]["loadavg_start"] = "0.1"
     text = bench._report_section("bench_throughput.py", doc, ["py", "x", "--json"], "c.png")
     assert "| contender | median tasks per second, tasks/s (higher is better) |" in text
@@ -138,9 +188,21 @@ def test_the_real_benchmarks_json_still_has_a_headline(tmp_path):
     root = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
     for script in sorted(root.glob("bench_*.py")):
         source = script.read_text()
-        keys = [k for k in ("median_tasks_per_s", "speedup", "lag_ms", "medians", "stats",
-                            "first_result_ms", "http", "records_per_s", "requests_per_s")
-                if f'"{k}"' in source]
+        keys = [
+            k
+            for k in (
+                "median_tasks_per_s",
+                "speedup",
+                "lag_ms",
+                "medians",
+                "stats",
+                "first_result_ms",
+                "http",
+                "records_per_s",
+                "requests_per_s",
+            )
+            if f'"{k}"' in source
+        ]
         assert keys, f"{script.name}: no summary key the bench command charts"
     json.dumps(_doc({}, []))  # the fixture itself is JSON, as the CLI reads it
 
@@ -228,18 +290,28 @@ def test_wrk_lua_report(bench_http):
     rep = bench_http.parse_wrk_report(WRK_PING)
     assert rep["requests_per_s"] == pytest.approx(6298 / 1.01)
     assert rep["bytes_per_s"] == pytest.approx(985600 / 1.01)
-    assert rep["latency_ms"] == pytest.approx({"p50": 0.061, "p90": 2.84, "p99": 7.12,
-                                               "p99.9": 9.1, "min": 0.041, "max": 9.78,
-                                               "mean": 0.8491})
+    assert rep["latency_ms"] == pytest.approx(
+        {
+            "p50": 0.061,
+            "p90": 2.84,
+            "p99": 7.12,
+            "p99.9": 9.1,
+            "min": 0.041,
+            "max": 9.78,
+            "mean": 0.8491,
+        }
+    )
     assert rep["errors_total"] == 3
     with pytest.raises(ValueError, match="no '@@wrk' line"):
         bench_http.parse_wrk_report(WRK_STREAM)
 
 
 def test_wrk_lua_report_without_answers_has_no_latency(bench_http):
-    line = ('@@wrk {"requests":0,"bytes":0,"duration_us":2000000,"errors":{"connect":0,'
-            '"read":0,"write":0,"status":0,"timeout":0},"latency_us":{"min":0,"max":0,'
-            '"mean":0,"stdev":0,"percentiles":{"50":0,"90":0,"99":0,"99.9":0}}}')
+    line = (
+        '@@wrk {"requests":0,"bytes":0,"duration_us":2000000,"errors":{"connect":0,'
+        '"read":0,"write":0,"status":0,"timeout":0},"latency_us":{"min":0,"max":0,'
+        '"mean":0,"stdev":0,"percentiles":{"50":0,"90":0,"99":0,"99.9":0}}}'
+    )
     rep = bench_http.parse_wrk_report(line)
     assert rep["requests_per_s"] == 0
     assert all(math.isnan(v) for v in rep["latency_ms"].values())
@@ -247,8 +319,12 @@ def test_wrk_lua_report_without_answers_has_no_latency(bench_http):
 
 def test_http_contender_names(bench_http):
     both = bench_http.contender_names()
-    assert both[:4] == ["aiohttp/inline", "aiohttp/to_thread", "aiohttp/aiosubinterp-processes",
-                        "aiohttp/aiosubinterp"]
+    assert both[:4] == [
+        "aiohttp/inline",
+        "aiohttp/to_thread",
+        "aiohttp/aiosubinterp-processes",
+        "aiohttp/aiosubinterp",
+    ]
     assert both[4:] == [n.replace("aiohttp/", "starlette/") for n in both[:4]]
     assert bench_http.contender_names("both") == both
     assert bench_http.contender_names("starlette") == both[4:]
@@ -263,16 +339,18 @@ def test_http_contender_names(bench_http):
     for bad in ("aiosubinterp", "flask/to_thread", "aiohttp/threads"):
         with pytest.raises(ValueError, match="not a bench_http contender"):
             bench_http.split_name(bad)
-    assert bench_http.apps_in(["starlette/inline", "aiohttp/to_thread"]) == ["aiohttp",
-                                                                             "starlette"]
+    assert bench_http.apps_in(["starlette/inline", "aiohttp/to_thread"]) == ["aiohttp", "starlette"]
     assert bench_http.apps_in(["starlette/inline"]) == ["starlette"]
     # Every kind of contender is one of the apps' --mode.
     assert set(bench_http.MODES.values()) == {"interpreters", "processes", "to_thread", "inline"}
 
 
 def test_http_app_option(bench_http, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["bench_http.py", "--quick", "--app", "starlette",
-                                      "--only", "starlette/to_thread"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["bench_http.py", "--quick", "--app", "starlette", "--only", "starlette/to_thread"],
+    )
     assert bench_http._app_option() == "starlette"
     assert sys.argv == ["bench_http.py", "--quick", "--only", "starlette/to_thread"]
     assert bench_http._app_option() == "both"  # the default; a child gets no --app
@@ -292,18 +370,26 @@ def test_http_fastapi_posts_a_calibrated_body(bench_http, tmp_path):
 
 
 def test_http_targets(bench_http):
-    summary = {"aiohttp/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
-               "aiohttp/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0,
-                                        "stream_mib_s": 650.0}}
+    summary = {
+        "aiohttp/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+        "aiohttp/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0, "stream_mib_s": 650.0},
+    }
     light, heavy, stream = bench_http.targets_of(summary)
     assert light.what.startswith("aiohttp: /ping p99")
     assert (light.measured, light.verdict) == (0.05, "PASS")
     assert (heavy.measured, heavy.verdict) == (1.875, "PASS")
     assert (stream.measured, stream.unit, stream.verdict) == (650.0, "MiB/s", "PASS")
     # Starlette's are against Starlette's own to_thread.
-    summary.update({"starlette/to_thread": {"light_p99_ms": 10.0, "heavy_rps": 100.0},
-                    "starlette/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 120.0,
-                                               "stream_mib_s": 250.0}})
+    summary.update(
+        {
+            "starlette/to_thread": {"light_p99_ms": 10.0, "heavy_rps": 100.0},
+            "starlette/aiosubinterp": {
+                "light_p99_ms": 2.0,
+                "heavy_rps": 120.0,
+                "stream_mib_s": 250.0,
+            },
+        }
+    )
     light, heavy, stream = bench_http.targets_of(summary, "starlette")
     assert light.what.startswith("starlette: /ping p99")
     assert (light.measured, light.verdict) == (0.2, "MISS")
@@ -318,8 +404,12 @@ def test_http_targets(bench_http):
     assert [t.verdict for t in bench_http.targets_of(only_ours, "starlette")] == ["n/a"] * 3
     assert [t.verdict for t in bench_http.targets_of({})] == ["n/a"] * 3
     # FastAPI's heavy endpoint is POST /score, and it has no /stream: two targets.
-    summary.update({"fastapi/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
-                    "fastapi/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0}})
+    summary.update(
+        {
+            "fastapi/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+            "fastapi/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 150.0},
+        }
+    )
     light, heavy = bench_http.targets_of(summary, "fastapi")
     assert light.what == "fastapi: /ping p99 while /score is loaded / to_thread's"
     assert heavy.what == "fastapi: /score req/s under load / to_thread's"
@@ -328,15 +418,25 @@ def test_http_targets(bench_http):
 
 def _http_summary(app):
     streams = {} if app == "fastapi" else {"stream_mib_s": 650.0}
-    return {f"{app}/inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
-            f"{app}/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
-            f"{app}/aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
-            f"{app}/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0, **streams}}
+    return {
+        f"{app}/inline": {"light_p99_ms": math.nan, "heavy_rps": 40.0},
+        f"{app}/to_thread": {"light_p99_ms": 40.0, "heavy_rps": 80.0},
+        f"{app}/aiosubinterp-processes": {"light_p99_ms": 3.0, "heavy_rps": 140.0},
+        f"{app}/aiosubinterp": {"light_p99_ms": 2.0, "heavy_rps": 100.0, **streams},
+    }
 
 
-@pytest.mark.parametrize("apps", [["aiohttp"], ["starlette"], ["aiohttp", "starlette"],
-                                  ["fastapi"], ["aiohttp", "starlette", "fastapi"]],
-                         ids=["aiohttp", "starlette", "both", "fastapi", "all"])
+@pytest.mark.parametrize(
+    "apps",
+    [
+        ["aiohttp"],
+        ["starlette"],
+        ["aiohttp", "starlette"],
+        ["fastapi"],
+        ["aiohttp", "starlette", "fastapi"],
+    ],
+    ids=["aiohttp", "starlette", "both", "fastapi", "all"],
+)
 def test_http_chart_stands_alone(bench_http, tmp_path, apps):
     summary = {k: v for app in apps for k, v in _http_summary(app).items()}
     targets = [t for app in apps for t in bench_http.targets_of(summary, app)]
@@ -354,13 +454,15 @@ def test_wrk_missing_without_root_says_how_to_install(bench_http, monkeypatch):
     monkeypatch.setattr(bench_http.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match=r"wrk .* is not on PATH.*apt-get install wrk"):
         bench_http.find_wrk()
-    monkeypatch.setattr(bench_http.shutil, "which",
-                        lambda name: "/usr/bin/apt-get" if name == "apt-get" else None)
+    monkeypatch.setattr(
+        bench_http.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else None
+    )
     with pytest.raises(SystemExit, match="installing is off"):
         bench_http.find_wrk(install=False)
 
 
 # -- benchmarks/_contenders.py: the free-threaded build's thread contenders ----------
+
 
 @pytest.fixture(scope="module")
 def bench_contenders():
@@ -392,12 +494,14 @@ def test_thread_contenders_run_by_default_exactly_on_free_threaded_builds(bench_
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     assert contenders.FREE_THREADED is free_threaded
     names = ["aiosubinterp", "threadpool", "to_thread"]
-    assert contenders.default_selection(names) == (names if free_threaded
-                                                    else ["aiosubinterp", "to_thread"])
+    assert contenders.default_selection(names) == (
+        names if free_threaded else ["aiosubinterp", "to_thread"]
+    )
     assert "threadpool" in contenders.POOL_KINDS
 
 
 # -- benchmarks/bench_scaling.py's worker counts, option and report -----------------------
+
 
 @pytest.fixture(scope="module")
 def bench_scaling():
@@ -431,35 +535,51 @@ def test_scaling_max_workers_option(bench_scaling, monkeypatch, capsys):
 def _scaling_round(rates, locks=None):
     counts = {}
     for w, rate in rates.items():
-        counts[str(w)] = {"wall": [1.0], "rate": [rate], "tasks": int(rate),
-                          "cpu_per_wall": 1.0, "other_cores": 0.0,
-                          "locks": locks if w == max(rates) else None}
+        counts[str(w)] = {
+            "wall": [1.0],
+            "rate": [rate],
+            "tasks": int(rate),
+            "cpu_per_wall": 1.0,
+            "other_cores": 0.0,
+            "locks": locks if w == max(rates) else None,
+        }
     return {"counts": counts, "info": "InterpreterPool(size=w)"}
 
 
 def test_scaling_report_efficiency_and_lock_ranks(bench_scaling):
-    chan = {"rank": 10, "acquired": 8_000, "contended": 80, "wait_ns": 800_000,
-            "hold_ns": 400_000_000}
+    chan = {
+        "rank": 10,
+        "acquired": 8_000,
+        "contended": 80,
+        "wait_ns": 800_000,
+        "hold_ns": 400_000_000,
+    }
     idle = {"rank": 30, "acquired": 0, "contended": 0, "wait_ns": 0, "hold_ns": 0}
     results = {
         "aiosubinterp": [_scaling_round({1: 100.0, 2: 150.0, 4: 200.0})],
         "to_thread": [_scaling_round({1: 50.0, 2: 50.0, 4: 50.0})],
-        "aiosubinterp-pairs": [_scaling_round({2: 4_000.0, 4: 4_000.0},
-                                              {"chan": chan, "queue": idle})],
+        "aiosubinterp-pairs": [
+            _scaling_round({2: 4_000.0, 4: 4_000.0}, {"chan": chan, "queue": idle})
+        ],
         "procpool-fork": [{"error": "RuntimeError: no fork here"}],
     }
-    params = {"counts": [1, 2, 4], "warmup": 1, "batches": 1, "tasks_per_worker": 10,
-              "items": 10}
+    params = {"counts": [1, 2, 4], "warmup": 1, "batches": 1, "tasks_per_worker": 10, "items": 10}
     rep = bench_scaling.report(results, params)
     scaling = rep.summary["scaling"]
-    assert scaling["aiosubinterp"]["4"] == {"rate": 200.0, "per_worker": 50.0,
-                                            "efficiency": 0.5}
+    assert scaling["aiosubinterp"]["4"] == {"rate": 200.0, "per_worker": 50.0, "efficiency": 0.5}
     assert scaling["aiosubinterp-pairs"]["4"]["efficiency"] == 0.5  # vs 2 workers, its fewest
     assert "1" not in scaling["aiosubinterp-pairs"]
     assert rep.summary["median_tasks_per_s"] == {"aiosubinterp": 200.0, "to_thread": 50.0}
     _, headers, rows = rep.tables[0]
-    assert headers[:7] == ["contender", "workers", "median rate", "min", "max", "per worker",
-                           "efficiency vs fewest"]
+    assert headers[:7] == [
+        "contender",
+        "workers",
+        "median rate",
+        "min",
+        "max",
+        "per worker",
+        "efficiency vs fewest",
+    ]
     assert rows[0][:7] == ["aiosubinterp", "1", "100 tasks/s", "100", "100", "100", "1.00x"]
     assert rows[2][:7] == ["", "4", "200", "200", "200", "50", "0.500x"]
     assert rows[6][:3] == ["aiosubinterp-pairs", "2", "4,000 items/s"]

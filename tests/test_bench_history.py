@@ -91,7 +91,8 @@ def test_every_benchmark_has_a_section_with_its_latest_table(script):
     lines = body.splitlines()
     pairs = itertools.pairwise(lines)
     assert any(line.startswith("|") and bh.is_separator(nxt) for line, nxt in pairs), (
-        f"{script}: no table")
+        f"{script}: no table"
+    )
     assert re.search(r"\b2\d{3}-\d\d-\d\d\b", body), f"{script}: no date"
     assert re.search(r"\b3\.1\d", body), f"{script}: no Python version"
     assert "machine" in body
@@ -149,9 +150,26 @@ def test_add_needs_the_fields_a_hand_written_run_does_not_print(tmp_path):
     source.write_text("Ran it by hand: 12.5 ms.\n")
     with pytest.raises(SystemExit, match="date, benchmark, python, machine, command"):
         bh.main(["--dir", str(tmp_path / "h"), "add", str(source), "--lines", "1"])
-    bh.main(["--dir", str(tmp_path / "h"), "add", str(source), "--lines", "1",
-             "--date", "2026-12-05", "--benchmark", "bench_startup", "--python", "3.13.0",
-             "--machine", "2 CPUs", "--command", "python benchmarks/bench_startup.py"])
+    bh.main(
+        [
+            "--dir",
+            str(tmp_path / "h"),
+            "add",
+            str(source),
+            "--lines",
+            "1",
+            "--date",
+            "2026-12-05",
+            "--benchmark",
+            "bench_startup",
+            "--python",
+            "3.13.0",
+            "--machine",
+            "2 CPUs",
+            "--command",
+            "python benchmarks/bench_startup.py",
+        ]
+    )
     run = json.loads((tmp_path / "h" / "2026-12-05-bench_startup-3.13.0.json").read_text())
     assert run["notes"] == "Ran it by hand: 12.5 ms.\n"
     assert run["tables"] == [] and run["load"] is None
@@ -165,7 +183,7 @@ def test_the_readme_tables_are_the_runs_tables():
             rows.add(tuple(table["columns"]))
             rows.update(tuple(r) for r in table["rows"])
     text = README.read_text(encoding="utf-8")
-    body = text[text.index("## bench_roundtrip.py"):]
+    body = text[text.index("## bench_roundtrip.py") :]
     lines = body.splitlines()
     shown = [bh.split_row(x) for x in lines if x.startswith("|") and not bh.is_separator(x)]
     assert shown

@@ -60,12 +60,16 @@ async def test_small_buffers_are_copied_with_their_type():
         assert type(await pool.run(workfuncs.echo, bytearray(b"ab"))) is bytearray
 
 
-@pytest.mark.parametrize("make", [
-    lambda: b"\x03" * BIG,
-    lambda: bytearray(b"\x03") * BIG,
-    lambda: memoryview(b"\x03" * (BIG * 2))[BIG:],
-    lambda: array.array("b", b"\x03" * BIG),
-], ids=["bytes", "bytearray", "memoryview", "array"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: b"\x03" * BIG,
+        lambda: bytearray(b"\x03") * BIG,
+        lambda: memoryview(b"\x03" * (BIG * 2))[BIG:],
+        lambda: array.array("b", b"\x03" * BIG),
+    ],
+    ids=["bytes", "bytearray", "memoryview", "array"],
+)
 async def test_large_buffers_cross_zero_copy_read_only(make):
     data = make()
     address = _core.buffer_address(data)
@@ -193,7 +197,8 @@ async def test_shared_buffer_and_lock_across_interpreters():
         echoed = await pool.run(workfuncs.echo, buf)
         assert type(echoed) is asi.SharedBuffer and echoed.address == buf.address
         await asyncio.gather(
-            *(pool.run(buffuncs.add_under_lock, buf, lock, 2000) for _ in range(4)))
+            *(pool.run(buffuncs.add_under_lock, buf, lock, 2000) for _ in range(4))
+        )
         assert int.from_bytes(buf[0:8], "little") == 8000
         assert await pool.run(buffuncs.write, buf, 20, 99) == 99
         assert buf[20] == 99
@@ -277,9 +282,13 @@ async def test_pickle5_out_of_band_buffers_are_shared():
 
 def test_native_list_and_dict_round_trip():
     values = [
-        [1, "a", None, 2.5, (True, b"x")], {"a": 1, "b": 2.5, 3: (4, "5")},
-        [1, "a", None, 2.5, [True, b"x"]], {"a": 1, "b": {"c": [1, 2]}, 3: (4, 5)},
-        [], {}, {1: [], "k": {}},
+        [1, "a", None, 2.5, (True, b"x")],
+        {"a": 1, "b": 2.5, 3: (4, "5")},
+        [1, "a", None, 2.5, [True, b"x"]],
+        {"a": 1, "b": {"c": [1, 2]}, 3: (4, 5)},
+        [],
+        {},
+        {1: [], "k": {}},
     ]
     for v in values:
         assert _core.roundtrip(v) == v
@@ -330,9 +339,11 @@ async def test_refusal_names_the_nested_part():
     b.close()
     with a:
         async with asi.InterpreterPool(1) as pool:
-            with pytest.raises(asi.NotShareableError,
-                               match=r"argument 0 of echo\(\) \(dict\), at \['k'\]\[1\] "
-                                     r"\(socket\)"):
+            with pytest.raises(
+                asi.NotShareableError,
+                match=r"argument 0 of echo\(\) \(dict\), at \['k'\]\[1\] "
+                r"\(socket\)",
+            ):
                 await pool.run(workfuncs.echo, {"k": [1, b]})
 
 

@@ -56,5 +56,3 @@ async def test_outer_task_cancellation_reaches_the_interpreter():
         with pytest.raises(asyncio.CancelledError):
             await outer
         assert await asyncio.wait_for(pool.run(workfuncs.square, 3), 30) == 9
-
-

@@ -21,9 +21,11 @@ T = 30  # bound on every wait: nothing may hang
 
 async def until(check, timeout: float = T) -> None:
     """Yield to the loop until check() holds (an event to wait for, not a time)."""
+
     async def spin():
         while not check():
             await asyncio.sleep(0)
+
     await asyncio.wait_for(spin(), timeout)
 
 
@@ -268,8 +270,11 @@ async def test_select_waits_and_withdraws_the_rest():
     a_send, a = asi.open_channel(0)
     b_send, b = asi.open_channel(0)
     sel = asyncio.create_task(asi.select(a, b, timeout=T))
-    await until(lambda: a.statistics().tasks_waiting_receive == 1
-                and b.statistics().tasks_waiting_receive == 1)
+    await until(
+        lambda: (
+            a.statistics().tasks_waiting_receive == 1 and b.statistics().tasks_waiting_receive == 1
+        )
+    )
     b_send.send_nowait("b")
     assert a.statistics().tasks_waiting_receive == 0  # withdrawn from a at once
     with pytest.raises(asi.WouldBlock):
@@ -329,7 +334,7 @@ async def test_cancelled_recv_puts_a_delivered_item_back():
     receiver = asyncio.create_task(recv.recv())
     await until(lambda: recv.statistics().tasks_waiting_receive == 1)
     send.send_nowait("item")  # committed to the waiting receiver...
-    receiver.cancel()         # ...which is cancelled before it could resume
+    receiver.cancel()  # ...which is cancelled before it could resume
     with pytest.raises(asyncio.CancelledError):
         await receiver
     assert recv.recv_nowait() == "item"  # back at the front: not lost
@@ -360,7 +365,7 @@ async def test_cancelled_send_that_moved_returns_then_cancels():
     task = asyncio.create_task(sender())
     await until(lambda: send.statistics().tasks_waiting_send == 1)
     assert recv.recv_nowait() == "item"  # the item moves...
-    task.cancel()                        # ...then the sender is cancelled
+    task.cancel()  # ...then the sender is cancelled
     with pytest.raises(asyncio.CancelledError):
         await task
     assert steps == ["sent"]  # send() reported the move; the next await was cancelled
@@ -626,14 +631,22 @@ def test_loop_gone_while_receiving_loses_nothing():
 # -- examples -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("stream_channel.py", "received 1000 items, sum 499500"),
-    ("select_fanin.py", "fan-in done"),
-    ("fanin_clone.py", "sum of 3000 items: 4498500"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("stream_channel.py", "received 1000 items, sum 499500"),
+        ("select_fanin.py", "fan-in done"),
+        ("fanin_clone.py", "sum of 3000 items: 4498500"),
+    ],
+)
 def test_examples_run(name, expected):
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", name)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "examples", name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     assert expected in proc.stdout
 
@@ -670,7 +683,7 @@ def test_nested_undelivered_items_close_every_end_they_carry():
     a_send, a_recv = asi.open_channel(math.inf)
     b_send, b_recv = asi.open_channel(math.inf)
     c_send, c_recv = asi.open_channel(math.inf)
-    b_send.send_nowait(c_send)          # b holds an end of c
+    b_send.send_nowait(c_send)  # b holds an end of c
     a_send.send_nowait((b_send, b_recv))  # a holds both ends of b
     del b_send, b_recv, c_send
     a_recv.close()  # drops a's item -> b's ends -> b's item -> c's send end

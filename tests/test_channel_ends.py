@@ -43,6 +43,7 @@ def kind(request) -> str:
 async def collect(recv) -> list:
     async def run():
         return [x async for x in recv]
+
     return await asyncio.wait_for(run(), T)
 
 
@@ -211,13 +212,20 @@ def test_bare_ends_are_refused_everywhere_in_a_child_process():
         asyncio.run(main())
         print("\\n".join(out))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "recv_nowait", "select_sync", "send", "send nested", "dumps", "pool.run",
-        "process pool.run"]
+        "recv_nowait",
+        "select_sync",
+        "send",
+        "send nested",
+        "dumps",
+        "pool.run",
+        "process pool.run",
+    ]
     assert all("was not made by aiosubinterp.open_channel()" in line for line in lines), lines
 
 
@@ -275,8 +283,8 @@ async def test_put_back_with_every_receiver_gone_drops_the_end_it_carried():
     while rx.statistics().tasks_waiting_receive == 0:
         await asyncio.sleep(0)
     tx.send_nowait(rtx)  # handed to the waiting receiver's op
-    rx.close()           # nobody could take it back now
-    receiving.cancel()   # the op puts it back: dropped instead
+    rx.close()  # nobody could take it back now
+    receiving.cancel()  # the op puts it back: dropped instead
     await asyncio.wait([receiving])
     assert receiving.cancelled()
     del receiving, rtx
@@ -354,7 +362,7 @@ def test_ends_inside_a_dropped_pickled_item_are_dropped():
     outer_send.send_nowait(chanfuncs.Boxed(reply_to=inner_send))
     del inner_send
     assert_open(inner_recv)  # the copy inside the queued item
-    outer_recv.close()       # the item is dropped, and its end with it
+    outer_recv.close()  # the item is dropped, and its end with it
     assert_ended(inner_recv)
 
 
@@ -468,8 +476,13 @@ def test_statistics_is_a_frozen_dataclass():
     send.send_nowait(1)
     stats = recv.statistics()
     assert dataclasses.asdict(stats) == {
-        "current_buffer_used": 1, "max_buffer_size": 2, "open_send_channels": 1,
-        "open_receive_channels": 1, "tasks_waiting_send": 0, "tasks_waiting_receive": 0}
+        "current_buffer_used": 1,
+        "max_buffer_size": 2,
+        "open_send_channels": 1,
+        "open_receive_channels": 1,
+        "tasks_waiting_send": 0,
+        "tasks_waiting_receive": 0,
+    }
     with pytest.raises(dataclasses.FrozenInstanceError):
         stats.current_buffer_used = 5  # type: ignore[misc]
     send.close()

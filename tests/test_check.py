@@ -32,8 +32,14 @@ def modules_dir(tmp_path):
 
 def check(*args, path=None, timeout=240):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(path or ""), ROOT) if p)}
-    return subprocess.run([sys.executable, "-m", "aiosubinterp", "check", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_a_module_that_works_exits_0():
@@ -106,8 +112,9 @@ def test_every_probe_is_valid_code_that_sets_result():
 NO_COPIES = copies_unavailable()
 
 
-@pytest.mark.skipif(NO_COPIES is not None, reason="--fallback copy is a usage error on this "
-                    "Python (tested below)")
+@pytest.mark.skipif(
+    NO_COPIES is not None, reason="--fallback copy is a usage error on this Python (tested below)"
+)
 def test_fallback_copy_names_the_tier_of_each_module():
     import importlib.util
 

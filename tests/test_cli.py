@@ -14,18 +14,26 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMP
 
 
 def cli(*args, timeout=180, stderr=False):
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT,
-                          env={**ENV, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**ENV, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return (proc.stdout, proc.stderr) if stderr else proc.stdout
 
 
 def test_demo_circles(tmp_path):
-    out = cli("demo", "--circles", "300", "--frames", "10", "--rounds", "1",
-              "--out", str(tmp_path))
-    for label in ("single thread", "threading, 2 threads", "multiprocessing, 2 procs + pipes",
-                  "aiosubinterp, 2 interpreters"):
+    out = cli("demo", "--circles", "300", "--frames", "10", "--rounds", "1", "--out", str(tmp_path))
+    for label in (
+        "single thread",
+        "threading, 2 threads",
+        "multiprocessing, 2 procs + pipes",
+        "aiosubinterp, 2 interpreters",
+    ):
         line = next(row for row in out.splitlines() if row.strip().startswith(label))
         assert line.rstrip().endswith("yes"), line  # same positions as single-threaded
     assert "FPS" in out and "vs single" in out and "every-frame FPS" in out
@@ -37,15 +45,37 @@ def test_demo_circles(tmp_path):
 
 
 def test_demo_subset_and_errors(tmp_path):
-    out = cli("demo", "--circles", "200", "--frames", "5", "--rounds", "1", "--workers", "3",
-              "--contenders", "single,aiosubinterp", "--out", str(tmp_path))
+    out = cli(
+        "demo",
+        "--circles",
+        "200",
+        "--frames",
+        "5",
+        "--rounds",
+        "1",
+        "--workers",
+        "3",
+        "--contenders",
+        "single,aiosubinterp",
+        "--out",
+        str(tmp_path),
+    )
     assert "aiosubinterp, 3 interpreters" in out and "threading" not in out
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "demo", "--contenders", "gpu"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "demo", "--contenders", "gpu"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "unknown contender(s) gpu" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "demo", "--circles", "50",
-                           "--workers", "16"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "demo", "--circles", "50", "--workers", "16"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "narrower" in proc.stderr
 
 
@@ -65,8 +95,9 @@ def test_info():
 
 
 def test_bench_quick(tmp_path):
-    out, err = cli("bench", "--quick", "--only", "roundtrip", "--out", str(tmp_path),
-                   timeout=300, stderr=True)
+    out, err = cli(
+        "bench", "--quick", "--only", "roundtrip", "--out", str(tmp_path), timeout=300, stderr=True
+    )
     assert f"report: {tmp_path}/report.md" in out
     report = (tmp_path / "report.md").read_text()
     assert "| # | target | measured | limit | verdict |" in report
@@ -82,24 +113,56 @@ def test_bench_quick(tmp_path):
 def test_bench_run_from_another_folder_says_where_the_benchmarks_are(tmp_path):
     # The installed package holds no benchmarks (they are in the repository):
     # --dir pointing where there are none says so and how to fix it.
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "bench", "--quick", "--dir",
-                           str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiosubinterp",
+            "bench",
+            "--quick",
+            "--dir",
+            str(tmp_path / "nowhere"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
     assert f"no benchmarks found in {tmp_path / 'nowhere'}" in proc.stderr
     assert "run this from a clone of the repository" in proc.stderr and "--dir" in proc.stderr
     # From a clone's root, --dir relative to the current folder works.
-    out, _ = cli("bench", "--quick", "--only", "roundtrip", "--dir", "benchmarks",
-                 "--out", str(tmp_path / "out"), timeout=300, stderr=True)
+    out, _ = cli(
+        "bench",
+        "--quick",
+        "--only",
+        "roundtrip",
+        "--dir",
+        "benchmarks",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=300,
+        stderr=True,
+    )
     assert f"report: {tmp_path / 'out'}/report.md" in out
 
 
 def test_without_the_extra_the_command_names_it():
     for command, blocked, extra in (("demo", "PIL", "demo"), ("bench", "matplotlib", "bench")):
-        code = (f"import sys; sys.modules[{blocked!r}] = None; "
-                f"from aiosubinterp.__main__ import main; sys.exit(main([{command!r}]))")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              cwd=ROOT, timeout=60, env={**ENV, "PYTHONPATH": ROOT})
+        code = (
+            f"import sys; sys.modules[{blocked!r}] = None; "
+            f"from aiosubinterp.__main__ import main; sys.exit(main([{command!r}]))"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            env={**ENV, "PYTHONPATH": ROOT},
+        )
         assert proc.returncode == 2, proc.stderr
         assert f"pip install 'aiosubinterp[{extra}]'" in proc.stderr, proc.stderr
         assert "round 1" not in proc.stdout  # stopped before running anything

@@ -21,9 +21,10 @@ from aiosubinterp._inside import worker as _worker
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTS = pathlib.Path(__file__).resolve().parent
 
-needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="CPython 3.12 aborts at exit after a loop ran in a "
-                                      "subinterpreter")
+needs_313 = pytest.mark.skipif(
+    not _worker.coroutines_supported(),
+    reason="CPython 3.12 aborts at exit after a loop ran in a subinterpreter",
+)
 
 
 @needs_313
@@ -32,7 +33,8 @@ async def test_coroutines_run_together_in_one_interpreter():
         # Each waits until all five are inside at once: only concurrency lets them finish.
         ids = await asyncio.wait_for(
             asyncio.gather(*(pool.run(asyncfuncs.async_rendezvous, "five", 5) for _ in range(5))),
-            30)
+            30,
+        )
         assert len(set(ids)) == 1
 
 
@@ -56,11 +58,15 @@ async def test_at_most_n_coroutines_per_interpreter(pipe):
 async def test_an_async_initializer_runs_to_its_end_at_any_concurrency(concurrency):
     # With concurrency > 1 it used to fail the pool's start with "no
     # dispatched job to start a session with": no job exists yet at start.
-    async with asi.InterpreterPool(2, initializer=asyncfuncs.async_initializer,
-                                   initargs=("ready",),
-                                   concurrency_per_interpreter=concurrency) as pool:
-        values = await asyncio.gather(*(pool.run(workfuncs.get_state, "initialized")
-                                        for _ in range(8)))
+    async with asi.InterpreterPool(
+        2,
+        initializer=asyncfuncs.async_initializer,
+        initargs=("ready",),
+        concurrency_per_interpreter=concurrency,
+    ) as pool:
+        values = await asyncio.gather(
+            *(pool.run(workfuncs.get_state, "initialized") for _ in range(8))
+        )
         assert values == ["ready"] * 8
 
 
@@ -68,7 +74,8 @@ async def test_an_async_initializer_runs_to_its_end_at_any_concurrency(concurren
 async def test_default_concurrency_runs_one_coroutine_at_a_time():
     async with asi.InterpreterPool(1) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(asyncfuncs.async_probe, "one", 0.005) for _ in range(6))), 30)
+            asyncio.gather(*(pool.run(asyncfuncs.async_probe, "one", 0.005) for _ in range(6))), 30
+        )
         assert {peak for peak, _ in results} == {1}
         assert pool.statistics()["concurrency"] == 1
 
@@ -77,8 +84,11 @@ async def test_default_concurrency_runs_one_coroutine_at_a_time():
 async def test_many_results_each_delivered_once_in_order():
     async with asi.InterpreterPool(2, concurrency_per_interpreter=8) as pool:
         results = await asyncio.wait_for(
-            asyncio.gather(*(pool.run(asyncfuncs.async_sleep_add, i, 1, 0.001 * (i % 3))
-                             for i in range(500))), 60)
+            asyncio.gather(
+                *(pool.run(asyncfuncs.async_sleep_add, i, 1, 0.001 * (i % 3)) for i in range(500))
+            ),
+            60,
+        )
         assert results == [i + 1 for i in range(500)]
         mapped = [r async for r in pool.map(asyncfuncs.async_add, range(300))]
         assert mapped == list(range(300))
@@ -93,8 +103,9 @@ async def test_plain_calls_join_a_running_session(pipe):
         slow = pool.submit(asyncfuncs.async_add_when_readable, r, 1, 2)  # until released
         await until(lambda: pool.statistics()["running"] == 1)
         # Plain functions run on the interpreter while the coroutine waits.
-        squares = await asyncio.wait_for(asyncio.gather(*(pool.run(workfuncs.square, i)
-                                                         for i in range(20))), 30)
+        squares = await asyncio.wait_for(
+            asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(20))), 30
+        )
         assert squares == [i * i for i in range(20)]
         assert not slow.done()
         os.write(w, b"go")
@@ -127,8 +138,9 @@ async def test_cancel_one_coroutine_leaves_the_others_running(pipe):
         async with asi.InterpreterPool(1, concurrency_per_interpreter=4) as pool:
             waiter = pool.submit(asyncfuncs.async_wait_forever, w)
             assert await read_byte(r) == b"s"
-            others = [pool.submit(asyncfuncs.async_add_when_readable, gate_r, i)
-                      for i in range(3)]  # until released
+            others = [
+                pool.submit(asyncfuncs.async_add_when_readable, gate_r, i) for i in range(3)
+            ]  # until released
             await until(lambda: pool.statistics()["running"] == 4)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -194,8 +206,11 @@ async def test_exit_like_exceptions_in_a_session_are_reported(pipe):
         slow = pool.submit(asyncfuncs.async_add_when_readable, r, 1, 1)  # until released
         await until(lambda: pool.statistics()["running"] == 1)
         # As outside sessions: they come back as ExecutionFailed, never escape.
-        for fn, args in [(workfuncs.raise_exit, (3,)), (workfuncs.raise_keyboard, ()),
-                         (asyncfuncs.async_raise_exit, (4,))]:
+        for fn, args in [
+            (workfuncs.raise_exit, (3,)),
+            (workfuncs.raise_keyboard, ()),
+            (asyncfuncs.async_raise_exit, (4,)),
+        ]:
             with pytest.raises(asi.ExecutionFailed, match="in its interpreter"):
                 await asyncio.wait_for(pool.run(fn, *args), 30)
         assert not slow.done()  # the session survived them
@@ -206,11 +221,13 @@ async def test_exit_like_exceptions_in_a_session_are_reported(pipe):
 
 @needs_313
 async def test_max_tasks_retires_interpreters_serving_sessions():
-    async with asi.InterpreterPool(1, concurrency_per_interpreter=4,
-                                   max_tasks_per_interpreter=5) as pool:
+    async with asi.InterpreterPool(
+        1, concurrency_per_interpreter=4, max_tasks_per_interpreter=5
+    ) as pool:
         results = await asyncio.wait_for(
             asyncio.gather(*(pool.run(asyncfuncs.async_sleep_add, i, 0, 0.01) for i in range(23))),
-            60)
+            60,
+        )
         assert results == list(range(23))
         ids = {await pool.run(workfuncs.interp_id) for _ in range(2)}
         assert len(ids) >= 1
@@ -266,8 +283,9 @@ def test_exit_with_coroutines_running_in_sessions_is_prompt(tmp_path):
         asyncio.run(main())
     """)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
-                          timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["running", "6"]
     assert time.monotonic() - start < 30

@@ -15,8 +15,9 @@ from loghelpers import captured_records
 import aiosubinterp as asi
 from aiosubinterp._inside import worker as _worker
 
-needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="coroutines in interpreters need CPython 3.13+")
+needs_313 = pytest.mark.skipif(
+    not _worker.coroutines_supported(), reason="coroutines in interpreters need CPython 3.13+"
+)
 VARS = [request_id, trace, tenant_var]
 
 
@@ -27,10 +28,12 @@ def in_context(fn, /, *args):
 
 async def run_with(pool, value, fn=ctxfuncs.read, *args):
     """pool.run(fn) from an asyncio task whose request_id is value (None: unset)."""
+
     async def call():
         if value is not None:
             request_id.set(value)
         return await pool.run(fn, *args)
+
     return await asyncio.create_task(call())
 
 
@@ -48,6 +51,7 @@ async def test_value_seen_in_the_worker_and_unset_stays_unset():
             trace.set("t-9")
             tenant_var.set(("acme", 7))  # any value that crosses by copy
             return await pool.run(ctxfuncs.read)
+
         assert await asyncio.create_task(all_three()) == ("r-2", "t-9", ("acme", 7))
 
 
@@ -57,10 +61,16 @@ async def test_reset_after_the_task():
         assert await run_with(interp, None) == (UNSET, "no-trace", UNSET)
         # A task that sets the variable itself: reset too.
         assert await run_with(interp, "r-2", ctxfuncs.set_and_read, "mine") == (
-            "mine", "no-trace", UNSET)
+            "mine",
+            "no-trace",
+            UNSET,
+        )
         assert await run_with(interp, None) == (UNSET, "no-trace", UNSET)
         assert await run_with(interp, None, ctxfuncs.set_and_read, "mine") == (
-            "mine", "no-trace", UNSET)
+            "mine",
+            "no-trace",
+            UNSET,
+        )
         assert await run_with(interp, None) == (UNSET, "no-trace", UNSET)
 
 
@@ -73,12 +83,14 @@ async def test_concurrent_tasks_with_different_values():
 
 async def test_map_and_submit_copy_the_callers_values():
     async with asi.InterpreterPool(1, context_vars=[request_id]) as pool:
+
         async def body():
             request_id.set("from-map")
             task = pool.submit(ctxfuncs.read)
             request_id.set("changed after submit")  # submit copied the value already
             results = [r async for r in pool.map(ctxfuncs.set_and_read, ["a", "b"])]
             return await task, results
+
         first, results = await asyncio.create_task(body())
         assert first[0] == "from-map"
         assert [r[0] for r in results] == ["a", "b"]
@@ -101,11 +113,13 @@ async def test_coroutine_function():
 async def test_concurrent_coroutines_in_one_interpreter():
     """A session: coroutines run at once on one interpreter's loop, each with its values,
     and a plain call taken meanwhile (with a value, and unset) sees its own."""
-    async with asi.InterpreterPool(1, context_vars=[request_id],
-                                   concurrency_per_interpreter=4) as pool:
+    async with asi.InterpreterPool(
+        1, context_vars=[request_id], concurrency_per_interpreter=4
+    ) as pool:
         values = ["c-0", "c-1", "c-2"]
-        together = [asyncio.create_task(run_with(pool, v, ctxfuncs.read_together, 3))
-                    for v in values]
+        together = [
+            asyncio.create_task(run_with(pool, v, ctxfuncs.read_together, 3)) for v in values
+        ]
         # Taken by the session while the three wait for each other (one slot is left).
         assert await run_with(pool, "plain") == ("plain", "no-trace", UNSET)
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
@@ -116,8 +130,12 @@ async def test_concurrent_coroutines_in_one_interpreter():
 
 def test_executor():
     with asi.InterpreterPoolExecutor(1, context_vars=[request_id]) as executor:
-        assert in_context(lambda: (request_id.set("e-1"),
-                                   executor.submit(ctxfuncs.read).result())[1])[0] == "e-1"
+        assert (
+            in_context(lambda: (request_id.set("e-1"), executor.submit(ctxfuncs.read).result())[1])[
+                0
+            ]
+            == "e-1"
+        )
         assert executor.submit(ctxfuncs.read).result()[0] == UNSET
 
 
@@ -125,9 +143,11 @@ async def test_executor_under_to_thread():
     executor = asi.InterpreterPoolExecutor(1, context_vars=[request_id])
     loop = asyncio.get_running_loop()
     try:
+
         async def call():
             request_id.set("via-to_thread")
             return await loop.run_in_executor(executor, ctxfuncs.read)
+
         assert (await asyncio.create_task(call()))[0] == "via-to_thread"
     finally:
         executor.shutdown()
@@ -138,7 +158,10 @@ async def test_process_pool():
         assert await run_with(pool, "p-1") == ("p-1", "no-trace", UNSET)
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
         assert await run_with(pool, "p-2", ctxfuncs.set_and_read, "mine") == (
-            "mine", "no-trace", UNSET)
+            "mine",
+            "no-trace",
+            UNSET,
+        )
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
         # Coroutines run in worker processes on 3.12 too.
         assert await run_with(pool, "p-3", ctxfuncs.aread) == ("p-3", "no-trace", UNSET)
@@ -152,17 +175,23 @@ async def test_process_pool_errors(monkeypatch):
     added = contextvars.ContextVar("added_here")
     monkeypatch.setattr(ctxfuncs, "added_here", added, raising=False)
     async with asi.ProcessPool(1, context_vars=[request_id, added]) as pool:
+
         async def unpicklable():
             request_id.set(threading.Lock())  # type: ignore[arg-type]
             return pool.submit(ctxfuncs.read)
+
         with pytest.raises(asi.NotShareableError, match=r"ctxfuncs\.request_id .* it is a lock"):
             await asyncio.create_task(unpicklable())
 
         async def missing():
             added.set("x")
             return await pool.run(ctxfuncs.read)
-        with pytest.raises(RuntimeError, match=r"ctxfuncs\.added_here .* could not be found "
-                                               "in this worker: AttributeError"):
+
+        with pytest.raises(
+            RuntimeError,
+            match=r"ctxfuncs\.added_here .* could not be found "
+            "in this worker: AttributeError",
+        ):
             await asyncio.create_task(missing())
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
 
@@ -186,9 +215,11 @@ def test_not_a_context_var():
 
 def test_not_a_module_global():
     local = contextvars.ContextVar("local_var")
-    with pytest.raises(asi.NotShareableError,
-                       match=r"InterpreterPool\(context_vars=...\): the context variable "
-                             r"'local_var' is not a global of any imported module"):
+    with pytest.raises(
+        asi.NotShareableError,
+        match=r"InterpreterPool\(context_vars=...\): the context variable "
+        r"'local_var' is not a global of any imported module",
+    ):
         asi.InterpreterPool(1, context_vars=[local])
     with pytest.raises(asi.NotShareableError, match="InterpreterPoolExecutor"):
         asi.InterpreterPoolExecutor(1, context_vars=[local])
@@ -201,43 +232,58 @@ def test_not_with_the_process_fallback():
 
 async def test_a_value_that_cannot_cross():
     async with asi.InterpreterPool(1, context_vars=[request_id]) as pool:
+
         async def call():
             request_id.set(threading.Lock())  # type: ignore[arg-type]
             return pool.submit(ctxfuncs.read)
-        with pytest.raises(asi.NotShareableError,
-                           match=r"context variable ctxfuncs\.request_id .* it is a lock"):
+
+        with pytest.raises(
+            asi.NotShareableError, match=r"context variable ctxfuncs\.request_id .* it is a lock"
+        ):
             await asyncio.create_task(call())
         assert await pool.run(ctxfuncs.read) == (UNSET, "no-trace", UNSET)  # still usable
 
 
 def test_a_value_that_cannot_cross_executor():
     with asi.InterpreterPoolExecutor(1, context_vars=[request_id]) as executor:
+
         def call():
             request_id.set(threading.Lock())  # type: ignore[arg-type]
             return executor.submit(ctxfuncs.read)
+
         with pytest.raises(asi.NotShareableError, match=r"ctxfuncs\.request_id"):
             in_context(call)
 
 
 async def test_a_variable_that_is_something_else_in_the_worker():
     async with asi.InterpreterPool(1, context_vars=[ctxfuncs.not_a_var_in_workers]) as pool:
+
         async def call():
             ctxfuncs.not_a_var_in_workers.set("x")  # type: ignore[attr-defined]
             return await pool.run(ctxfuncs.read)
-        with pytest.raises(TypeError, match=r"ctxfuncs\.not_a_var_in_workers .* is a str in "
-                                            r"this worker, not a contextvars\.ContextVar"):
+
+        with pytest.raises(
+            TypeError,
+            match=r"ctxfuncs\.not_a_var_in_workers .* is a str in "
+            r"this worker, not a contextvars\.ContextVar",
+        ):
             await asyncio.create_task(call())
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
 
 
 async def test_a_variable_missing_in_the_worker():
     async with asi.InterpreterPool(1, context_vars=[ctxfuncs.only_in_main, request_id]) as pool:
+
         async def call():
             request_id.set("kept out")
             ctxfuncs.only_in_main.set("x")
             return await pool.run(ctxfuncs.read)
-        with pytest.raises(RuntimeError, match=r"ctxfuncs\.only_in_main .* could not be found "
-                                               "in this worker: AttributeError"):
+
+        with pytest.raises(
+            RuntimeError,
+            match=r"ctxfuncs\.only_in_main .* could not be found "
+            "in this worker: AttributeError",
+        ):
             await asyncio.create_task(call())
         # What was set before the failure was reset.
         assert await run_with(pool, None) == (UNSET, "no-trace", UNSET)
@@ -264,8 +310,9 @@ async def test_task_id_on_records(captured):
 
 @needs_313
 async def test_task_id_on_records_of_concurrent_coroutines(captured):
-    async with asi.InterpreterPool(1, concurrency_per_interpreter=4,
-                                   context_vars=[request_id]) as pool:
+    async with asi.InterpreterPool(
+        1, concurrency_per_interpreter=4, context_vars=[request_id]
+    ) as pool:
         tasks = [pool.submit(ctxfuncs.alog_it, f"a{i}") for i in range(8)]
         plain = pool.submit(ctxfuncs.log_it, "plain")
         await asyncio.gather(*tasks, plain)
@@ -282,8 +329,11 @@ async def test_task_id_on_process_pool_records(captured):
         thread_task = pool.submit(ctxfuncs.log_from_thread, "from a thread")
         await thread_task
     by_message = {r.getMessage(): r.task_id for r in captured}
-    assert by_message == {**{f"p{i}": t.id for i, t in enumerate(tasks)},
-                          "async": async_task.id, "from a thread": None}
+    assert by_message == {
+        **{f"p{i}": t.id for i, t in enumerate(tasks)},
+        "async": async_task.id,
+        "from a thread": None,
+    }
 
 
 def test_task_id_on_executor_records(captured):

@@ -67,8 +67,10 @@ from test.support import script_helper  # noqa: E402 - present with the package 
 # The child Python of assert_python_ok: our executor under the stdlib's name.
 # Only in the script run as __main__: a worker that imports the script (to
 # find a function defined there) must not import the asyncio side of us.
-_SWAP = ("if __name__ == '__main__': import concurrent.futures, aiosubinterp; "
-         "concurrent.futures.InterpreterPoolExecutor = aiosubinterp.InterpreterPoolExecutor\n")
+_SWAP = (
+    "if __name__ == '__main__': import concurrent.futures, aiosubinterp; "
+    "concurrent.futures.InterpreterPoolExecutor = aiosubinterp.InterpreterPoolExecutor\n"
+)
 
 
 def _with_ours(assert_python_ok):
@@ -94,12 +96,14 @@ class OursMixin(cf_util.ExecutorMixin):
     executor_type = asi.InterpreterPoolExecutor
 
     def setUp(self):
-        patcher = mock.patch.object(cf_shutdown, "assert_python_ok",
-                                    _with_ours(cf_shutdown.assert_python_ok))
+        patcher = mock.patch.object(
+            cf_shutdown, "assert_python_ok", _with_ours(cf_shutdown.assert_python_ok)
+        )
         patcher.start()
         self.addCleanup(patcher.stop)
-        patcher = mock.patch.object(script_helper, "assert_python_ok",
-                                    _with_ours(script_helper.assert_python_ok))
+        patcher = mock.patch.object(
+            script_helper, "assert_python_ok", _with_ours(script_helper.assert_python_ok)
+        )
         patcher.start()
         self.addCleanup(patcher.stop)
         super().setUp()
@@ -113,6 +117,7 @@ class OursMixin(cf_util.ExecutorMixin):
 # -- the ThreadPool-style mixins, every Python -------------------------------------------
 
 if cf_interp is None:
+
     class TestExecutor(OursMixin, cf_executor.ExecutorTest, cf_util.BaseTestCase):
         pass
 
@@ -140,6 +145,7 @@ class TestFailingInitializer(OursMixin, cf_init.FailingInitializerMixin, cf_util
 # -- the standard library's InterpreterPoolExecutor tests, 3.14+ -------------------------
 
 if cf_interp is not None:
+
     class TestInterpreterPoolExecutor(OursMixin, cf_interp.InterpreterPoolExecutorTest):
         pass
 
@@ -155,34 +161,42 @@ if cf_interp is not None:
 
 # -- deliberate differences ----------------------------------------------------------------
 
-_AT_SUBMIT = ("we refuse a callable that cannot cross (a closure, an instance or bound method "
-              "of a class defined inside a function) at once with NotShareableError, where the "
-              "standard library's executor raises it (or BrokenInterpreterPool, for an "
-              "initializer) later, from result()")
+_AT_SUBMIT = (
+    "we refuse a callable that cannot cross (a closure, an instance or bound method "
+    "of a class defined inside a function) at once with NotShareableError, where the "
+    "standard library's executor raises it (or BrokenInterpreterPool, for an "
+    "initializer) later, from result()"
+)
 
 DIFFERENCES: dict[tuple[str, str], str] = {
     ("TestInterpreterPoolExecutor", "test_submit_closure"): _AT_SUBMIT,
     ("TestInterpreterPoolExecutor", "test_submit_local_instance"): _AT_SUBMIT,
     ("TestInterpreterPoolExecutor", "test_submit_instance_method"): _AT_SUBMIT,
     ("TestInterpreterPoolExecutor", "test_init_closure"): _AT_SUBMIT.replace(
-        "at once", "at once, in the constructor,"),
+        "at once", "at once, in the constructor,"
+    ),
     ("TestInterpreterPoolExecutor", "test_init_instance_method"): _AT_SUBMIT.replace(
-        "at once", "at once, in the constructor,"),
+        "at once", "at once, in the constructor,"
+    ),
     ("TestInterpreterPoolExecutor", "test_pickle_errors_propagate"): (
         "submit() refuses what is not callable at once with TypeError (the test submits a "
         "PickleShenanigans instance, which is not); the standard library's executor fails "
-        "later, from result(), because unpickling the call fails first in the interpreter"),
+        "later, from result(), because unpickling the call fails first in the interpreter"
+    ),
     ("TestInterpreterPoolExecutor", "test_idle_thread_reuse"): (
         "all max_workers interpreters start together at the first submit() (off the caller's "
         "thread), where ThreadPoolExecutor adds a thread only when none is idle: _threads has "
-        "max_workers entries, not 1"),
+        "max_workers entries, not 1"
+    ),
     ("TestInterpreterPoolExecutor", "test_submit_exception_in_func"): (
         "the cause of a rebuilt exception is aiosubinterp.ExecutionFailed, a subclass of "
         "concurrent.interpreters.ExecutionFailed (with the same excinfo), and the test "
-        "asserts the exact type"),
+        "asserts the exact type"
+    ),
     ("TestInterpreterPoolExecutor", "test_init_exception_in_func"): (
         "the remote traceback is headed 'Remote traceback:' (as ProcessPoolExecutor's), not "
-        "'Uncaught in the interpreter:'"),
+        "'Uncaught in the interpreter:'"
+    ),
 }
 
 

@@ -26,13 +26,19 @@ def run_script(tmp_path: pathlib.Path, source: str, timeout: float = 120, env: d
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS)])
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
-        cwd=str(tmp_path), env=full_env,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(tmp_path),
+        env=full_env,
     )
 
 
 def test_functions_and_classes_of_the_main_script(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi
 
@@ -54,13 +60,15 @@ def test_functions_and_classes_of_the_main_script(tmp_path):
 
         if __name__ == "__main__":
             asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["42", "Box 2 True"]
 
 
 def test_functions_of_a_main_module_run_with_dash_m(tmp_path):
-    (tmp_path / "mainmod_xyz.py").write_text(textwrap.dedent("""
+    (tmp_path / "mainmod_xyz.py").write_text(
+        textwrap.dedent("""
         import asyncio
         import aiosubinterp as asi
 
@@ -73,16 +81,25 @@ def test_functions_of_a_main_module_run_with_dash_m(tmp_path):
 
         if __name__ == "__main__":
             asyncio.run(main())
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    proc = subprocess.run([sys.executable, "-m", "mainmod_xyz"], capture_output=True, text=True,
-                          timeout=120, cwd=str(tmp_path), env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mainmod_xyz"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "42"
 
 
 def test_main_script_without_guard_gives_a_clear_error(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import aiosubinterp as asi
         import workfuncs
 
@@ -101,7 +118,8 @@ def test_main_script_without_guard_gives_a_clear_error(tmp_path):
         import asyncio
         if asi.__name__ and __name__ == "__main__":
             asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("guard the script's top-level code") == 1, proc.stdout
     assert "can only be created in the main interpreter" in proc.stdout
@@ -122,7 +140,9 @@ def test_worker_cannot_create_pools():
 
 
 def test_exit_with_an_unclosed_pool(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, warnings
         import aiosubinterp as asi, workfuncs
         warnings.simplefilter("ignore", ResourceWarning)
@@ -134,13 +154,16 @@ def test_exit_with_an_unclosed_pool(tmp_path):
             print(await pool.run(workfuncs.square, 5))
 
         asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "25"
 
 
 def test_exit_while_tasks_run_interrupts_them(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, warnings
         import aiosubinterp as asi, workfuncs
         warnings.simplefilter("ignore", ResourceWarning)
@@ -156,7 +179,9 @@ def test_exit_while_tasks_run_interrupts_them(tmp_path):
             print("busy")
 
         asyncio.run(main())
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "busy"
 
@@ -189,14 +214,17 @@ def test_the_quirks_index_is_alive():
         if last not in ("any", "cython"):
             assert tuple(int(p) for p in last.split(".")) >= oldest, (
                 f"{what!r} applies up to {last} only, below requires-python {requires}: "
-                f"remove the workaround ({where})")
+                f"remove the workaround ({where})"
+            )
         path, _, test = proof.partition("::")
         source = (ROOT / path).read_text()
         assert re.search(rf"^(async )?def {test}\(", source, re.M), (what, proof)
 
 
 def test_module_that_refuses_subinterpreters(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi, workfuncs
 
@@ -210,7 +238,8 @@ def test_module_that_refuses_subinterpreters(tmp_path):
                 print(await pool.run(workfuncs.square, 3))
 
         asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     first, second = proc.stdout.strip().split("\n")
     assert first.startswith("refused: readline |")
@@ -225,6 +254,7 @@ async def test_pipe_wakeup_fallback(monkeypatch):
 
     monkeypatch.setenv("AIOSUBINTERP_WAKEUP", "pipe")
     assert _hub.wakeup_mechanism() == "pipe"
+
     # A fresh loop gets a hub with the forced mechanism.
     async def body():
         async with asi.InterpreterPool(2) as pool:
@@ -242,12 +272,19 @@ async def test_pipe_wakeup_fallback(monkeypatch):
 def test_worker_side_modules_do_not_import_asyncio():
     # Workers import these; asyncio in a worker aborts CPython 3.12.1 at exit
     # once a loop ran, and uvloop refuses to load there.
-    code = ("import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._inside.worker, "
-            "aiosubinterp._channels.ends, aiosubinterp._inside.chunks, aiosubinterp.demo.work, "
-            "aiosubinterp.demo.circles, aiosubinterp._introspect; "
-            "print(sorted(m for m in ('asyncio', 'uvloop') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys, aiosubinterp, aiosubinterp._core, aiosubinterp._inside.worker, "
+        "aiosubinterp._channels.ends, aiosubinterp._inside.chunks, aiosubinterp.demo.work, "
+        "aiosubinterp.demo.circles, aiosubinterp._introspect; "
+        "print(sorted(m for m in ('asyncio', 'uvloop') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -256,7 +293,9 @@ def test_public_names_resolve(tmp_path):
     # In a child: resolving DaskInterpreterExecutor imports distributed, which
     # starts a thread for the rest of the process (the leak check would count
     # it against this test when no Dask test ran before it).
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import aiosubinterp as asi
         for name in asi.__all__:
             assert getattr(asi, name) is not None, name
@@ -268,7 +307,8 @@ def test_public_names_resolve(tmp_path):
         else:
             raise AssertionError("asi.nope resolved")
         print("resolved", len(asi.__all__))
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("resolved ")
 

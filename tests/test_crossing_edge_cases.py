@@ -31,6 +31,7 @@ def open_fds() -> int:
 
 # -- R4: fds that cross stay non-inheritable (PEP 446) -----------------------------
 
+
 async def test_fds_received_by_a_worker_are_not_inheritable(pipe):
     r, _ = pipe
     a, b = socket.socketpair()
@@ -72,6 +73,7 @@ def test_fds_sent_through_a_channel_are_not_inheritable(pipe):
 
 # -- R5: the fd of a result nobody wants is closed -------------------------------
 
+
 async def test_int_fd_of_a_task_cancelled_after_it_finished_is_closed(pipe):
     r, _ = pipe
     async with asi.InterpreterPool(1) as pool:
@@ -107,8 +109,9 @@ async def test_drain_discards_what_is_not_wanted():
         try:
             tids = [_lifecycle.next_task_id() for _ in range(2)]
             for tid in tids:
-                pool._queue.submit(tid, _core.JOB_KIND_CALL,
-                                   _marshal.call_payload(workfuncs.echo, (big,), {}), hub)
+                pool._queue.submit(
+                    tid, _core.JOB_KIND_CALL, _marshal.call_payload(workfuncs.echo, (big,), {}), hub
+                )
             got = []
             while len(got) < 2:
                 select.select([hub.fileno()], [], [], 60)
@@ -197,8 +200,11 @@ def test_receive_end_of_another_channel_and_a_send_end_into_its_own_channel_are_
 
 # -- R7: loads() of deep nesting ---------------------------------------------------
 
+
 def test_loads_of_deep_nesting_raises_instead_of_overflowing_the_stack(tmp_path):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import struct
         from aiosubinterp import _core
 
@@ -209,7 +215,8 @@ def test_loads_of_deep_nesting_raises_instead_of_overflowing_the_stack(tmp_path)
             except ValueError as exc:
                 print("refused:", exc, flush=True)
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout.count("refused:") == 3
     assert "nested too deeply" in proc.stdout
@@ -226,8 +233,11 @@ def test_what_the_encoder_makes_still_decodes():
 
 # -- R8: internal objects misused ---------------------------------------------------
 
+
 def test_channel_op_cannot_be_made_directly(tmp_path):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         from aiosubinterp import _core
 
         try:
@@ -242,7 +252,8 @@ def test_channel_op_cannot_be_made_directly(tmp_path):
                 print("refused:", exc, flush=True)
         del op
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout.count("refused:") == 6
     assert "cannot be created directly" in proc.stdout
@@ -250,7 +261,9 @@ def test_channel_op_cannot_be_made_directly(tmp_path):
 
 
 def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi
         import crossingfuncs
@@ -289,7 +302,8 @@ def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
 
         asyncio.run(main())
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout.count("refused:") == 40, proc.stdout
     assert "not this thread's aiosubinterp worker" in proc.stdout
@@ -298,7 +312,9 @@ def test_worker_entry_points_refuse_a_handle_that_is_not_their_worker(tmp_path):
 
 
 def test_end_released_while_its_own_send_encodes(tmp_path):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio, threading
         import aiosubinterp as asi
 
@@ -330,7 +346,8 @@ def test_end_released_while_its_own_send_encodes(tmp_path):
 
         asyncio.run(main())
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     for how in ("nowait", "sync", "async"):
         assert f"{how} refused:" in proc.stdout
@@ -343,7 +360,9 @@ def test_end_released_while_its_own_receive_releases_shares(tmp_path):
     # may release the very end being read. Run on a thread that is not main's
     # main thread: main's pending call, which would release it earlier,
     # runs only on the main thread.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import threading
         import aiosubinterp as asi
         from aiosubinterp import _core
@@ -377,7 +396,8 @@ def test_end_released_while_its_own_receive_releases_shares(tmp_path):
         t.start()
         t.join()
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "refused: ChannelClosedError" in proc.stdout
     assert proc.stdout.endswith("done\n")
@@ -385,10 +405,13 @@ def test_end_released_while_its_own_receive_releases_shares(tmp_path):
 
 # -- U2: a channel op's hub reference is taken before its item is encoded -----------
 
+
 def test_hub_closed_while_a_send_encodes_its_item(tmp_path):
     # Not reachable through the public API (a loop's hub is closed on its
     # loop's thread, never inside a send); the internal API shows the order.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import aiosubinterp as asi
         from aiosubinterp import _core
 
@@ -412,12 +435,14 @@ def test_hub_closed_while_a_send_encodes_its_item(tmp_path):
             tx.close()
             rx.close()
         print("done", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout == "done\n"
 
 
 # -- U3: a socket that cannot be rebuilt does not leak its fd ------------------------
+
 
 def test_socket_whose_decoding_fails_closes_its_fd(monkeypatch):
     a, b = socket.socketpair()

@@ -25,7 +25,8 @@ import pytest
 
 distributed = pytest.importorskip(
     "distributed",
-    reason="the Dask integration needs dask[distributed] (the test extra installs it)")
+    reason="the Dask integration needs dask[distributed] (the test extra installs it)",
+)
 
 import dask  # noqa: E402
 import daskfuncs  # noqa: E402
@@ -41,8 +42,13 @@ from aiosubinterp._inside import daskwork as _daskwork  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 60
-CLUSTER = {"n_workers": 1, "threads_per_worker": 2, "host": "127.0.0.1", "protocol": "tcp",
-           "dashboard_address": None}
+CLUSTER = {
+    "n_workers": 1,
+    "threads_per_worker": 2,
+    "host": "127.0.0.1",
+    "protocol": "tcp",
+    "dashboard_address": None,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -167,8 +173,7 @@ def run_task(ex, task, data=None):
 
 def test_executor_returns_the_message_the_worker_expects(executor):
     msg = run_task(executor, spec.Task("k", daskfuncs.add, spec.TaskRef("a"), 2, c=3), {"a": 1})
-    assert (msg["op"], msg["status"], msg["result"], msg["type"]) == (
-        "task-finished", "OK", 6, int)
+    assert (msg["op"], msg["status"], msg["result"], msg["type"]) == ("task-finished", "OK", 6, int)
     assert msg["nbytes"] > 0
     pid, interp = run_task(executor, spec.Task("k", daskfuncs.where))["result"]
     assert pid == os.getpid() and interp != _core.main_interpreter_id()
@@ -240,8 +245,10 @@ def test_plugin_runs_annotated_tasks_in_the_workers_interpreters(pipe):
             x = client.submit(daskfuncs.add, 1, 2)
             y = client.submit(daskfuncs.add, x, 10, c=x)
             assert client.submit(daskfuncs.total, [x, y, 100]).result(timeout=TIMEOUT) == 119
-            assert client.submit(daskfuncs.pairs, {"x": x, "y": y}).result(
-                timeout=TIMEOUT) == [("x", 3), ("y", 16)]
+            assert client.submit(daskfuncs.pairs, {"x": x, "y": y}).result(timeout=TIMEOUT) == [
+                ("x", 3),
+                ("y", 16),
+            ]
             # A delayed graph (optimised and fused by dask) and lambdas.
             chain = dask.delayed(daskfuncs.add)(1, 2)
             for i in range(3):
@@ -256,8 +263,10 @@ def test_plugin_runs_annotated_tasks_in_the_workers_interpreters(pipe):
         assert _core.live_workers()
         client.unregister_worker_plugin("aiosubinterp-interpreters")
         wait_no_interpreters()
-        with dask.annotate(executor="interpreters"), \
-                pytest.raises(ValueError, match="Invalid executor 'interpreters'"):
+        with (
+            dask.annotate(executor="interpreters"),
+            pytest.raises(ValueError, match="Invalid executor 'interpreters'"),
+        ):
             client.submit(daskfuncs.where, pure=False).result(timeout=TIMEOUT)
 
 
@@ -288,10 +297,13 @@ def test_plugin_bad_arguments():
 
 def test_plugin_with_a_failing_initializer_fails_the_tasks_clearly():
     with sync_cluster() as client:
-        client.register_plugin(asi.DaskInterpreterPlugin(initializer=daskfuncs.fail,
-                                                         initargs=("no start",)))
-        with dask.annotate(executor="interpreters"), \
-                pytest.raises(asi.BrokenInterpreterPool, match="could not start"):
+        client.register_plugin(
+            asi.DaskInterpreterPlugin(initializer=daskfuncs.fail, initargs=("no start",))
+        )
+        with (
+            dask.annotate(executor="interpreters"),
+            pytest.raises(asi.BrokenInterpreterPool, match="could not start"),
+        ):
             client.submit(daskfuncs.add, 1, 2).result(timeout=TIMEOUT)
         # The worker itself keeps serving on its threads.
         assert client.submit(daskfuncs.add, 1, 2, pure=False).result(timeout=TIMEOUT) == 3
@@ -301,9 +313,11 @@ def frame_sampling(dask_worker):
     """(profile callback present, profiler sees frames, call stacks) in a worker's process."""
     import distributed.profile
 
-    return ("profile" in dask_worker.periodic_callbacks,
-            bool(distributed.profile.sys._current_frames()),
-            dask_worker.handlers["call_stack"]())
+    return (
+        "profile" in dask_worker.periodic_callbacks,
+        bool(distributed.profile.sys._current_frames()),
+        dask_worker.handlers["call_stack"](),
+    )
 
 
 def test_processes_worker_with_the_preload_module(tmp_path):
@@ -325,8 +339,10 @@ def test_processes_worker_with_the_preload_module(tmp_path):
             assert not any(client.call_stack().values())
             before = set(client.scheduler_info()["workers"])
             n = 400_000
-            assert client.gather(client.map(daskfuncs.spin, [n] * 30, pure=False)) == [
-                daskfuncs.spin(n)] * 30
+            assert (
+                client.gather(client.map(daskfuncs.spin, [n] * 30, pure=False))
+                == [daskfuncs.spin(n)] * 30
+            )
             assert set(client.scheduler_info()["workers"]) == before
         assert client.submit(daskfuncs.where, pure=False).result(timeout=TIMEOUT)[1] == main
 
@@ -335,16 +351,41 @@ def test_dask_worker_command_with_the_preload_and_its_options():
     """docs/tutorials/dask.md: `dask worker ... --preload aiosubinterp.dask_preload`."""
     dask_cli = os.path.join(os.path.dirname(sys.executable), "dask")
     main = _core.main_interpreter_id()
-    with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp",
-                      dashboard_address=None) as cluster, \
-            Client(cluster, timeout=TIMEOUT) as client:
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONPATH": os.pathsep.join([ROOT, os.path.dirname(__file__)])}
+    with (
+        LocalCluster(
+            n_workers=0, processes=False, host="127.0.0.1", protocol="tcp", dashboard_address=None
+        ) as cluster,
+        Client(cluster, timeout=TIMEOUT) as client,
+    ):
+        env = {
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join([ROOT, os.path.dirname(__file__)]),
+        }
         worker = subprocess.Popen(
-            [dask_cli, "worker", cluster.scheduler_address, "--nthreads", "1", "--no-nanny",
-             "--no-dashboard", "--host", "127.0.0.1", "--preload", "aiosubinterp.dask_preload",
-             "--interpreters", "2", "--interpreters-name", "interp", "--interpreters-default"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                dask_cli,
+                "worker",
+                cluster.scheduler_address,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+                "--preload",
+                "aiosubinterp.dask_preload",
+                "--interpreters",
+                "2",
+                "--interpreters-name",
+                "interp",
+                "--interpreters-default",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             client.wait_for_workers(1, timeout=TIMEOUT)
             # Default executor: no annotation needed. 2 interpreters although --nthreads 1.
@@ -352,10 +393,13 @@ def test_dask_worker_command_with_the_preload_and_its_options():
             assert all(pid == worker.pid and interp != main for pid, interp in where)
             with dask.annotate(executor="interp"):
                 assert client.submit(daskfuncs.add, 1, 2).result(timeout=TIMEOUT) == 3
-            info = client.run(lambda dask_worker: (
-                type(dask_worker.executors["interp"]).__name__,
-                dask_worker.executors["interp"]._max_workers,
-                dask_worker.executors["default"] is dask_worker.executors["interp"]))
+            info = client.run(
+                lambda dask_worker: (
+                    type(dask_worker.executors["interp"]).__name__,
+                    dask_worker.executors["interp"]._max_workers,
+                    dask_worker.executors["default"] is dask_worker.executors["interp"],
+                )
+            )
             assert list(info.values()) == [("DaskInterpreterExecutor", 2, True)]
         finally:
             worker.terminate()  # SIGTERM: the worker closes gracefully, tearing the preload down
@@ -367,7 +411,8 @@ def test_preload_options_are_validated():
     from aiosubinterp import dask_preload
 
     ctx = dask_preload.dask_setup.make_context(
-        "dask_setup", ["--interpreters", "3", "--interpreters-name", "x", "--interpreters-default"])
+        "dask_setup", ["--interpreters", "3", "--interpreters-name", "x", "--interpreters-default"]
+    )
     assert ctx.params == {"size": 3, "name": "x", "default": True}
     with pytest.raises(Exception, match="0 is not in the range x>=1"):
         dask_preload.dask_setup.make_context("dask_setup", ["--interpreters", "0"])
@@ -381,7 +426,10 @@ async def test_pool_run_submit_map():
         assert await pool.run(daskfuncs.add, 1, 2, c=3) == 6
         # Keywords that are also Client.submit's own reach the function.
         assert await pool.run(daskfuncs.kwargs_of, key=1, pure=2, priority=3) == [
-            ("key", 1), ("priority", 3), ("pure", 2)]
+            ("key", 1),
+            ("priority", 3),
+            ("pure", 2),
+        ]
         task = pool.submit(daskfuncs.add, 40, 2)
         assert isinstance(task, asi.Task) and isinstance(task, asyncio.Future)
         assert task.name == "add" and task.id > 0
@@ -390,7 +438,8 @@ async def test_pool_run_submit_map():
         twice = [pool.run(daskfuncs.add, 1), pool.run(daskfuncs.add, 1)]
         assert await asyncio.gather(*twice) == [1, 1]
         assert [r async for r in pool.map(daskfuncs.spin, range(20))] == [
-            daskfuncs.spin(i) for i in range(20)]
+            daskfuncs.spin(i) for i in range(20)
+        ]
         got = [r async for r in pool.map(daskfuncs.spin, range(20), ordered=False, window=3)]
         assert sorted(got) == sorted(daskfuncs.spin(i) for i in range(20))
 
@@ -411,12 +460,17 @@ async def test_pool_run_submit_map():
 
 async def application(pool):
     """Code written against InterpreterPool's API: what it sees, outcomes and error types."""
-    seen = [await pool.run(daskfuncs.add, 1, 2, c=3),
-            await pool.submit(daskfuncs.total, [1, 2, 3]),
-            [r async for r in pool.map(daskfuncs.spin, range(6))],
-            sorted([r async for r in pool.map(daskfuncs.spin, range(6), ordered=False)])]
-    for fn, args in [(daskfuncs.fail, ("x",)), (daskfuncs.add, ("a", 1)),
-                     (daskfuncs.total, ([1, None],))]:
+    seen = [
+        await pool.run(daskfuncs.add, 1, 2, c=3),
+        await pool.submit(daskfuncs.total, [1, 2, 3]),
+        [r async for r in pool.map(daskfuncs.spin, range(6))],
+        sorted([r async for r in pool.map(daskfuncs.spin, range(6), ordered=False)]),
+    ]
+    for fn, args in [
+        (daskfuncs.fail, ("x",)),
+        (daskfuncs.add, ("a", 1)),
+        (daskfuncs.total, ([1, None],)),
+    ]:
         try:
             await pool.run(fn, *args)
         except Exception as exc:  # noqa: BLE001
@@ -534,14 +588,16 @@ def test_pool_with_a_client_of_a_stopped_loop():
         address = sync_client.scheduler.address
         other = asyncio.new_event_loop()
         try:
+
             async def connect():
                 return await Client(address, asynchronous=True, timeout=TIMEOUT)
 
             client = other.run_until_complete(connect())
 
             async def use():
-                with pytest.raises(RuntimeError, match="belongs to another event loop, which is "
-                                                       "not running"):
+                with pytest.raises(
+                    RuntimeError, match="belongs to another event loop, which is not running"
+                ):
                     asi.DaskPool(client).submit(daskfuncs.add, 1)
 
             asyncio.run(use())
@@ -576,13 +632,20 @@ async def test_pool_on_interpreter_workers_in_a_worker_process():
 
 
 def test_dask_stays_optional_and_worker_code_stays_light():
-    code = ("import sys, aiosubinterp, aiosubinterp._inside.daskwork\n"
-            "def loaded():\n"
-            "    names = ('asyncio', 'uvloop', 'dask', 'distributed', 'tornado', 'cloudpickle')\n"
-            "    print(sorted(m for m in names if m in sys.modules))\n"
-            "loaded(); aiosubinterp.InterpreterPool; loaded()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import sys, aiosubinterp, aiosubinterp._inside.daskwork\n"
+        "def loaded():\n"
+        "    names = ('asyncio', 'uvloop', 'dask', 'distributed', 'tornado', 'cloudpickle')\n"
+        "    print(sorted(m for m in names if m in sys.modules))\n"
+        "loaded(); aiosubinterp.InterpreterPool; loaded()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stderr
     # What interpreters import for Dask tasks imports nothing heavy; InterpreterPool
     # needs asyncio, and nothing of Dask.
@@ -590,11 +653,18 @@ def test_dask_stays_optional_and_worker_code_stays_light():
 
 
 def test_missing_distributed_gives_a_clear_error():
-    code = ("import sys; sys.modules['distributed'] = None; import aiosubinterp\n"
-            "try:\n    aiosubinterp.DaskPool\n"
-            "except ImportError as exc:\n    print(exc)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": ROOT})
+    code = (
+        "import sys; sys.modules['distributed'] = None; import aiosubinterp\n"
+        "try:\n    aiosubinterp.DaskPool\n"
+        "except ImportError as exc:\n    print(exc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "needs dask and distributed" in proc.stdout
     assert "pip install 'dask[distributed]'" in proc.stdout
@@ -605,8 +675,14 @@ def test_missing_distributed_gives_a_clear_error():
 
 def test_example_runs():
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "dask_cluster.py")],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "dask_cluster.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "InterpreterPool:" in out and "DaskPool:" in out

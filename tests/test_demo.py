@@ -22,8 +22,9 @@ def _resource_tracker():
 async def test_every_contender_reproduces_the_reference(workers):
     params, circles = physics.initial_state(400, seed=7)
     reference = zoo.reference_result(circles, params, 40)
-    outcomes = [await zoo.run_contender(name, circles, params, 40, workers)
-                for name in zoo.CONTENDERS]
+    outcomes = [
+        await zoo.run_contender(name, circles, params, 40, workers) for name in zoo.CONTENDERS
+    ]
     assert [o.name for o in outcomes] == list(zoo.CONTENDERS)
     for outcome in outcomes:
         assert outcome.circles == reference, outcome.name  # bit for bit, every circle
@@ -38,10 +39,12 @@ def test_the_simulation_does_something():
     # Some circles collided: their speed changed (walls keep it).
     speed = {c[0]: round(c[3] ** 2 + c[4] ** 2, 9) for c in circles}
     assert sum(speed[c[0]] != round(c[3] ** 2 + c[4] ** 2, 9) for c in after) > 20
+
     # Momentum-weighted energy is conserved by each pairwise bounce only
     # approximately (simultaneous contacts); it must not blow up.
     def energy(cs):
         return sum(c[5] ** 2 * (c[3] ** 2 + c[4] ** 2) for c in cs)
+
     assert energy(after) < 1.5 * energy(circles)
 
 
@@ -82,8 +85,10 @@ def test_pictures_are_the_final_frame_and_the_first_frames(tmp_path):
         for c in final:  # away from the border, a circle's centre has its region's colour
             if abs(c[1] - width / 2) > 2 * physics.R_MAX:
                 region = 0 if c[1] < width / 2 else 1
-                assert _rgb(image, (int(c[1]), int(c[2]))) == \
-                    render.PALETTE[render.region_colour(region)], c
+                assert (
+                    _rgb(image, (int(c[1]), int(c[2])))
+                    == render.PALETTE[render.region_colour(region)]
+                ), c
     with Image.open(gif) as anim:
         assert anim.format == "GIF" and anim.n_frames == 4 and anim.is_animated
         assert anim.size[0] <= 480 and anim.info.get("loop") == 0
@@ -108,9 +113,13 @@ def _run_example(*args, timeout=120):
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, os.path.join(root, "examples", args[0]), *args[1:]],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": root})
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

@@ -110,10 +110,11 @@ async def messages(ws, stop):
 
 def float32_triples(circles):
     """(x, y, r) rounded to float32 as the wire carries them, sorted."""
-    values = struct.unpack(f"<{3 * len(circles)}f",
-                           struct.pack(f"<{3 * len(circles)}f",
-                                       *(v for c in circles for v in (c[1], c[2], c[5]))))
-    return sorted(values[i:i + 3] for i in range(0, len(values), 3))
+    values = struct.unpack(
+        f"<{3 * len(circles)}f",
+        struct.pack(f"<{3 * len(circles)}f", *(v for c in circles for v in (c[1], c[2], c[5]))),
+    )
+    return sorted(values[i : i + 3] for i in range(0, len(values), 3))
 
 
 async def test_every_contender_streams_the_same_physics():
@@ -122,10 +123,10 @@ async def test_every_contender_streams_the_same_physics():
     width, height = params
     async with serving() as (_, url), page(url) as (ws, hello):
         assert hello["contenders"] == list(zoo.CONTENDERS)
-        await ws.send_json({"op": "start", "circles": n, "workers": workers, "frames": frames,
-                            "seed": 3})
-        got, texts = await messages(ws, lambda kind, m: kind == "json"
-                                    and m["type"] == "finished")
+        await ws.send_json(
+            {"op": "start", "circles": n, "workers": workers, "frames": frames, "seed": 3}
+        )
+        got, texts = await messages(ws, lambda kind, m: kind == "json" and m["type"] == "finished")
         started = texts[0]
         assert started["type"] == "started"
         assert (started["width"], started["height"]) == params
@@ -186,8 +187,7 @@ async def test_stop_restart_and_page_closed_stop_everything():
     async with serving() as (app, url):
         async with page(url) as (ws, _):
             for stride in (2, 1):  # the second start replaces the first run
-                await ws.send_json({"op": "start", "circles": 300, "workers": 2,
-                                    "stride": stride})
+                await ws.send_json({"op": "start", "circles": 300, "workers": 2, "stride": stride})
                 seen: dict[int, int] = {}
 
                 def enough(kind, m, seen=seen):
@@ -197,19 +197,21 @@ async def test_stop_restart_and_page_closed_stop_everything():
 
                 frames, _ = await messages(ws, enough)
                 if stride == 2:  # every other frame, and the last frames are not flagged
-                    assert all(k % 2 == 0 and not flags & live.LAST
-                               for _, flags, _, k, _ in frames)
+                    assert all(k % 2 == 0 and not flags & live.LAST for _, flags, _, k, _ in frames)
             (session,) = app[live.SESSIONS]
             runs = list(session.runs)
-            _, texts = await messages(ws, lambda kind, m: kind == "json"
-                                      and m["type"] == "stats"
-                                      and all(c["pids"] or c["name"] != "processes"
-                                              for c in m["contenders"]))
+            _, texts = await messages(
+                ws,
+                lambda kind, m: (
+                    kind == "json"
+                    and m["type"] == "stats"
+                    and all(c["pids"] or c["name"] != "processes" for c in m["contenders"])
+                ),
+            )
             pids = next(c["pids"] for c in texts[-1]["contenders"] if c["name"] == "processes")
             assert len(pids) == 2
             await ws.send_json({"op": "stop"})
-            _, texts = await messages(ws, lambda kind, m: kind == "json"
-                                      and m["type"] == "stopped")
+            _, texts = await messages(ws, lambda kind, m: kind == "json" and m["type"] == "stopped")
             assert {c["state"] for c in texts[-2]["contenders"]} == {"stopped"}
             assert all(run.task.done() for run in runs)
             for pid in pids:  # reaped: no such process
@@ -236,6 +238,7 @@ async def test_one_run_at_a_time_whatever_the_number_of_pages():
             if kind == "frame" and m[3] >= 1:
                 seen.add(m[0])
             return len(seen) == 4
+
         return stop
 
     async with serving() as (app, url), page(url) as (first, _), page(url) as (second, _):
@@ -260,8 +263,9 @@ async def test_one_run_at_a_time_whatever_the_number_of_pages():
             ws_taker, ws_loser = {"first": (first, second), "second": (second, first)}[taker]
             old_runs = list(sessions[loser].runs)
             await ws_taker.send_json({"op": "start"})  # Start clicked: takes the run over
-            _, texts = await messages(ws_loser, lambda kind, m: kind == "json"
-                                      and m["type"] == "stopped")
+            _, texts = await messages(
+                ws_loser, lambda kind, m: kind == "json" and m["type"] == "stopped"
+            )
             assert texts[-1]["reason"] == live.TAKEN_OVER
             assert all(run.task.done() and run.state == "stopped" for run in old_runs)
             await messages(ws_taker, all_four_computing())
@@ -295,22 +299,35 @@ async def test_page_and_refused_settings():
                 reply = await ws.receive_json(timeout=DEADLINE)
                 assert reply["type"] == "error" and words in reply["message"], reply
             # One contender alone needs no strips wide enough for 40 workers.
-            await ws.send_json({"op": "start", "circles": 100, "workers": 40, "frames": 3,
-                                "contenders": ["single"]})
-            frames, _ = await messages(ws, lambda kind, m: kind == "json"
-                                       and m["type"] == "finished")
+            await ws.send_json(
+                {
+                    "op": "start",
+                    "circles": 100,
+                    "workers": 40,
+                    "frames": 3,
+                    "contenders": ["single"],
+                }
+            )
+            frames, _ = await messages(
+                ws, lambda kind, m: kind == "json" and m["type"] == "finished"
+            )
             assert {f[0] for f in frames} == {0} and frames[-1][3] == 3
 
 
 # -- the command in a child process ------------------------------------------------------
+
 
 @contextlib.contextmanager
 def command(*args):
     """`python -m aiosubinterp demo --serve --port 0 ...`; yields (process, base URL)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiosubinterp", "demo", "--serve", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         line = proc.stdout.readline()
         assert "open http://127.0.0.1:" in line, line + proc.stdout.read()
@@ -324,17 +341,22 @@ def command(*args):
 
 def test_the_command_serves_and_stops_on_ctrl_c():
     with command("--circles", "300", "--workers", "2") as (proc, url):
+
         async def drive():
             async with page(url) as (ws, hello):
                 assert hello["loop"] in ("uvloop", "asyncio")
                 await ws.send_json({"op": "start"})
                 seen = set()  # a computed frame of each (frame 0 comes at once)
-                await messages(ws, lambda kind, m: kind == "frame" and m[3] >= 1
-                               and (seen.add(m[0]) or len(seen) == 4))
-                _, texts = await messages(ws, lambda kind, m: kind == "json"
-                                          and m["type"] == "stats")
-                return next(c["pids"] for c in texts[-1]["contenders"]
-                            if c["name"] == "processes")
+                await messages(
+                    ws,
+                    lambda kind, m: (
+                        kind == "frame" and m[3] >= 1 and (seen.add(m[0]) or len(seen) == 4)
+                    ),
+                )
+                _, texts = await messages(
+                    ws, lambda kind, m: kind == "json" and m["type"] == "stats"
+                )
+                return next(c["pids"] for c in texts[-1]["contenders"] if c["name"] == "processes")
 
         pids = asyncio.run(drive())
         assert len(pids) == 2
@@ -347,19 +369,33 @@ def test_the_command_serves_and_stops_on_ctrl_c():
 
 
 def test_the_command_without_aiohttp_or_with_a_busy_port():
-    code = ("import sys; sys.modules['aiohttp'] = None; "
-            "from aiosubinterp.__main__ import main; sys.exit(main(['demo', '--serve']))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=DEADLINE)
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; "
+        "from aiosubinterp.__main__ import main; sys.exit(main(['demo', '--serve']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=DEADLINE
+    )
     assert proc.returncode == 2, proc.stderr
     assert "needs aiohttp" in proc.stderr and "aiosubinterp[demo]" in proc.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         proc = subprocess.run(
-            [sys.executable, "-m", "aiosubinterp", "demo", "--serve", "--port",
-             str(busy.getsockname()[1])], capture_output=True, text=True, cwd=ROOT,
-            timeout=DEADLINE)
+            [
+                sys.executable,
+                "-m",
+                "aiosubinterp",
+                "demo",
+                "--serve",
+                "--port",
+                str(busy.getsockname()[1]),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=DEADLINE,
+        )
     assert proc.returncode == 1, proc.stderr
     assert "cannot listen on 127.0.0.1:" in proc.stderr and "--port" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -391,6 +427,7 @@ async def _devtools_page(client, target):
                 if reply.get("id") == i:
                     assert "error" not in reply, reply
                     return reply["result"]
+
         yield call
 
 
@@ -426,22 +463,33 @@ async def _open_twice(port_file: Path, url: str, shot: Path) -> tuple[dict, dict
         target = next(t for t in targets if t["type"] == "page")
         async with _devtools_page(client, target) as call:
             # The window's size less its (headless) frame: make the viewport the whole of it.
-            await call("Emulation.setDeviceMetricsOverride", width=1400, height=900,
-                       deviceScaleFactor=1, mobile=False)
-            first = await _page_state_until(call, lambda s: s.get("ready") == "1",
-                                            "the page never drew everything")
+            await call(
+                "Emulation.setDeviceMetricsOverride",
+                width=1400,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
+            first = await _page_state_until(
+                call, lambda s: s.get("ready") == "1", "the page never drew everything"
+            )
             # A second tab: no second run; it says so, and the first one goes on drawing.
             async with client.put(f"{devtools}/json/new?{url}/") as r:
                 tab = await r.json()
             async with _devtools_page(client, tab) as call2:
-                second = await _page_state_until(call2, lambda s: s.get("state") is not None,
-                                                 "the second tab never started nor was refused")
+                second = await _page_state_until(
+                    call2,
+                    lambda s: s.get("state") is not None,
+                    "the second tab never started nor was refused",
+                )
             async with client.get(f"{devtools}/json/close/{tab['id']}") as r:
                 assert r.status == 200
             before = first["drawn"]
             again = await _page_state_until(
-                call, lambda s: all(s["drawn"][n] > before[n] for n in before),
-                "the first page stopped drawing")
+                call,
+                lambda s: all(s["drawn"][n] > before[n] for n in before),
+                "the first page stopped drawing",
+            )
             await asyncio.sleep(1.5)  # a few more stats lines: settled FPS figures on the picture
             data = await call("Page.captureScreenshot", format="png")
             shot.write_bytes(base64.b64decode(data["data"]))
@@ -460,13 +508,21 @@ def test_headless_chromium_opens_the_page_and_it_runs_at_once(tmp_path):
         profile = tmp_path / "profile"
         log = open(tmp_path / "chromium.log", "wb")  # closed below
         chromium = subprocess.Popen(
-            [*headless(browser, profile), "--remote-debugging-port=0", "--window-size=1400,900",
-             f"{url}/"],
-            stdout=log, stderr=log, start_new_session=True)
+            [
+                *headless(browser, profile),
+                "--remote-debugging-port=0",
+                "--window-size=1400,900",
+                f"{url}/",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         shot = tmp_path / "live-demo.png"
         try:
             first, second, again = asyncio.run(
-                _open_twice(profile / "DevToolsActivePort", url, shot))
+                _open_twice(profile / "DevToolsActivePort", url, shot)
+            )
         finally:
             chromium.terminate()
             try:

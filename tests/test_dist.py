@@ -72,8 +72,9 @@ def test_the_suite_tests_the_package_the_makefile_installed():
     root = PYPROJECT.parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
     code = "import aiosubinterp._core as c; print(c.__file__)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=root
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == aiosubinterp._core.__file__
 
@@ -85,8 +86,12 @@ def test_version_is_the_metadata_version():
 
 
 def test_cli_version():
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "--version"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"aiosubinterp {asi.__version__}\n"
 
@@ -94,10 +99,13 @@ def test_cli_version():
 def test_version_is_cheap():
     # In a fresh process: importing the package and reading the version load
     # neither importlib.metadata (~40 ms on 3.13) nor the compiled module.
-    code = ("import sys, aiosubinterp; v = aiosubinterp.__version__; "
-            "print(v, 'importlib.metadata' in sys.modules, 'aiosubinterp._core' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    code = (
+        "import sys, aiosubinterp; v = aiosubinterp.__version__; "
+        "print(v, 'importlib.metadata' in sys.modules, 'aiosubinterp._core' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert out.split() == [asi.__version__, "False", "False"]
 
 

@@ -70,9 +70,11 @@ def _page_blocks(text: str) -> list[tuple[int, str, dict[str, str]]]:
 
 def _blocks() -> list[tuple[str, int, str, dict[str, str]]]:
     """(page, line, source, markers) of every ```python block under docs/."""
-    return [(str(page.relative_to(DOCS)), line, source, markers)
-            for page in sorted(DOCS.rglob("*.md"))
-            for line, source, markers in _page_blocks(page.read_text())]
+    return [
+        (str(page.relative_to(DOCS)), line, source, markers)
+        for page in sorted(DOCS.rglob("*.md"))
+        for line, source, markers in _page_blocks(page.read_text())
+    ]
 
 
 BLOCKS = _blocks()
@@ -87,7 +89,7 @@ def _missing(requires: str) -> str | None:
                 return "needs a GIL-enabled build (this one is free-threaded)"
         elif item.startswith("python>="):
             wanted = tuple(int(p) for p in item.removeprefix("python>=").split("."))
-            if sys.version_info[:len(wanted)] < wanted:
+            if sys.version_info[: len(wanted)] < wanted:
                 return f"needs Python {item.removeprefix('python>=')} or newer"
         elif importlib.util.find_spec(item) is None:
             return f"needs {item}, not installed here"
@@ -108,8 +110,9 @@ def test_every_run_block_parses():
         ast.parse(source, f"{page}:{line}")
 
 
-@pytest.mark.parametrize(("page", "line", "source", "markers"), RUN,
-                         ids=[f"{p}:{n}" for p, n, *_ in RUN])
+@pytest.mark.parametrize(
+    ("page", "line", "source", "markers"), RUN, ids=[f"{p}:{n}" for p, n, *_ in RUN]
+)
 def test_example_runs(tmp_path, page, line, source, markers):
     why = _missing(markers.get("requires", ""))
     if why:
@@ -119,7 +122,8 @@ def test_example_runs(tmp_path, page, line, source, markers):
     proc = run_child(tmp_path, source, timeout=90)
     assert proc.returncode == 0, (
         f"{page}:{line} exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-        f"stderr:\n{proc.stderr[-3000:]}")
+        f"stderr:\n{proc.stderr[-3000:]}"
+    )
 
 
 def _markers_hook():
@@ -142,7 +146,7 @@ def test_the_site_hides_exactly_the_markers_this_test_reads():
         assert len(after) == len(before), page
         for (line, source, markers), (_, rendered, left) in zip(before, after, strict=True):
             assert not left, f"{page}:{line} still shows {left}"
-            kept = source.splitlines(keepends=True)[len(markers):]
+            kept = source.splitlines(keepends=True)[len(markers) :]
             assert rendered == "".join(kept), f"{page}:{line}"
             marked += bool(markers)
         # Outside python blocks the page is unchanged.
@@ -151,8 +155,10 @@ def test_the_site_hides_exactly_the_markers_this_test_reads():
     # A marker-like line that is not at the top of a block stays (the tests do not read it).
     inner = "```python\nimport sys\n# requires: numpy\n```\n"
     assert hook.strip_markers(inner) == inner
-    assert hook.strip_markers("```python\n# requires: numpy\n# not run: x\nimport sys\n```\n") \
+    assert (
+        hook.strip_markers("```python\n# requires: numpy\n# not run: x\nimport sys\n```\n")
         == "```python\nimport sys\n```\n"
+    )
 
 
 def _documented() -> list[str]:
@@ -171,7 +177,8 @@ def test_the_reference_documents_every_public_name_once_and_nothing_private():
     assert sorted(short) == sorted(set(short)), "a name is documented twice"
     assert set(short) == set(aiosubinterp.__all__), (
         f"missing: {sorted(set(aiosubinterp.__all__) - set(short))}; "
-        f"not public: {sorted(set(short) - set(aiosubinterp.__all__))}")
+        f"not public: {sorted(set(short) - set(aiosubinterp.__all__))}"
+    )
 
 
 def _stub_docstrings() -> dict[str, str]:
@@ -207,7 +214,8 @@ def test_the_stub_docstrings_of_the_compiled_public_names_are_the_modules_own():
         pytest.skip("this build of aiosubinterp._core carries no docstrings to compare with")
     for name in compiled:
         assert stub.get(name) == _runtime_doc(getattr(_core, name)), (
-            f"_core.pyi's docstring of {name} differs from ext/'s: copy it over")
+            f"_core.pyi's docstring of {name} differs from ext/'s: copy it over"
+        )
     assert stub["SharedBuffer.address"] == _runtime_doc(_core.SharedBuffer.address)
 
 
@@ -219,13 +227,27 @@ ONE_PYTHON = sys.version_info[:2] == (3, 13) and not FREE_THREADED
 def _build_site() -> Path:
     """``make docs``; skips (saying why) only when .venv-docs cannot be made."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    venv = subprocess.run(["make", "--no-print-directory", ".venv-docs/.docs.stamp"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=100, env=env)
+    venv = subprocess.run(
+        ["make", "--no-print-directory", ".venv-docs/.docs.stamp"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
     if venv.returncode != 0:
-        pytest.skip("the docs venv (.venv-docs) could not be made (no Python 3.13, or "
-                    f"no package registry?):\n{(venv.stdout + venv.stderr)[-2000:]}")
-    build = subprocess.run(["make", "--no-print-directory", "docs"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=100, env=env)
+        pytest.skip(
+            "the docs venv (.venv-docs) could not be made (no Python 3.13, or "
+            f"no package registry?):\n{(venv.stdout + venv.stderr)[-2000:]}"
+        )
+    build = subprocess.run(
+        ["make", "--no-print-directory", "docs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
     assert build.returncode == 0, f"make docs failed:\n{(build.stdout + build.stderr)[-5000:]}"
     assert (ROOT / "site" / "index.html").is_file()
     return ROOT / "site"
@@ -235,8 +257,13 @@ def _render(browser: str, url: str, shot: Path, profile: Path) -> str:
     """Screenshot of url into shot; returns its DOM after scripts ran."""
     flags = [*headless(browser, profile), "--window-size=1280,900", "--virtual-time-budget=3000"]
     for extra in ([f"--screenshot={shot}"], ["--dump-dom"]):
-        proc = subprocess.run(flags + extra + [url], capture_output=True, text=True,
-                              timeout=60, start_new_session=True)
+        proc = subprocess.run(
+            flags + extra + [url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            start_new_session=True,
+        )
         assert proc.returncode == 0, f"chromium {extra[0]} exited {proc.returncode}: {proc.stderr}"
     return proc.stdout
 
@@ -254,8 +281,11 @@ def _check_screenshot(shot: Path) -> None:
     assert max(colours)[0] < 0.95 * 1280 * 900, f"{shot.name} is nearly uniform"
 
 
-@pytest.mark.skipif(not ONE_PYTHON, reason="the site is built and rendered on one Python only: "
-                    "3.13, GIL build (it does not depend on the suite's Python)")
+@pytest.mark.skipif(
+    not ONE_PYTHON,
+    reason="the site is built and rendered on one Python only: "
+    "3.13, GIL build (it does not depend on the suite's Python)",
+)
 @pytest.mark.timeout(300)
 def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
     pytest.importorskip("PIL", reason="Pillow (the demo extra) reads the screenshots")
@@ -266,8 +296,12 @@ def test_the_site_builds_and_renders_in_headless_chromium(tmp_path):
     keep = os.environ.get("AIOSUBINTERP_DOCS_SCREENSHOTS")
     pages = {
         "index": ("Parallel Python on every core", "InterpreterPool"),
-        "reference/pools": ("aiosubinterp.InterpreterPool", "aiosubinterp.InterpreterPool.run",
-                            "aiosubinterp.ProcessPool", "aiosubinterp.Task"),
+        "reference/pools": (
+            "aiosubinterp.InterpreterPool",
+            "aiosubinterp.InterpreterPool.run",
+            "aiosubinterp.ProcessPool",
+            "aiosubinterp.Task",
+        ),
         "tutorials/refused-modules": ("The refusal", "ModuleRefusedError"),
     }
     for page, wanted in pages.items():

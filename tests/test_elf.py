@@ -60,8 +60,20 @@ def build(tmp_path_factory):
         c_file = where / f"{name}.c"
         c_file.write_text(source % {"name": name})
         out = where / f"{name}.so"
-        subprocess.run([cc, "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
-                        *flags, "-o", str(out), str(c_file)], check=True)
+        subprocess.run(
+            [
+                cc,
+                "-shared",
+                "-fPIC",
+                "-I",
+                sysconfig.get_paths()["include"],
+                *flags,
+                "-o",
+                str(out),
+                str(c_file),
+            ],
+            check=True,
+        )
         return out
 
     return compile_
@@ -86,8 +98,11 @@ def test_numpy_multiarray_is_multi_phase_and_finds_openblas_by_origin():
     assert openblas
     origins = elf.origin_paths(str(path), info)
     assert origins and all(entry in info.runpath for entry, _ in origins)
-    libs = [d for entry, d in origins if entry.startswith("$ORIGIN")
-            and os.path.basename(d) == "numpy.libs"]
+    libs = [
+        d
+        for entry, d in origins
+        if entry.startswith("$ORIGIN") and os.path.basename(d) == "numpy.libs"
+    ]
     assert libs and os.path.isabs(libs[0]) and os.path.isfile(os.path.join(libs[0], openblas[0]))
 
 
@@ -105,11 +120,29 @@ def test_stdlib_and_our_own_extension_are_multi_phase():
     # readline and _curses on 3.13, still are single-phase).
     import glob
 
-    multi = {"_asyncio", "_bz2", "_lzma", "_json", "_csv", "_struct", "_bisect", "_heapq",
-             "_random", "_sqlite3", "_ssl", "_queue", "_multibytecodec", "_uuid", "_socket"}
+    multi = {
+        "_asyncio",
+        "_bz2",
+        "_lzma",
+        "_json",
+        "_csv",
+        "_struct",
+        "_bisect",
+        "_heapq",
+        "_random",
+        "_sqlite3",
+        "_ssl",
+        "_queue",
+        "_multibytecodec",
+        "_uuid",
+        "_socket",
+    }
     dynload = os.path.join(os.path.dirname(os.__file__), "lib-dynload")
-    origins = [path for path in sorted(glob.glob(os.path.join(dynload, "*.so")))
-               if os.path.basename(path).partition(".")[0] in multi]
+    origins = [
+        path
+        for path in sorted(glob.glob(os.path.join(dynload, "*.so")))
+        if os.path.basename(path).partition(".")[0] in multi
+    ]
     assert origins, f"no extension module file in {dynload}"
     kinds = {os.path.basename(origin): elf.extension_kind(origin) for origin in origins}
     assert set(kinds.values()) == {"multi"}, kinds
@@ -131,8 +164,12 @@ def test_built_modules_single_multi_and_unknown(build):
 @pytest.mark.parametrize("dtags", ["--enable-new-dtags", "--disable-new-dtags"])
 def test_runpath_and_rpath_with_origin(build, dtags):
     # --enable-new-dtags writes DT_RUNPATH, --disable-new-dtags the older DT_RPATH.
-    path = build(f"paths{dtags[2:8]}", SINGLE,
-                 "-Wl,-rpath,$ORIGIN/../libs:/opt/lib:${ORIGIN}/sub", f"-Wl,{dtags}")
+    path = build(
+        f"paths{dtags[2:8]}",
+        SINGLE,
+        "-Wl,-rpath,$ORIGIN/../libs:/opt/lib:${ORIGIN}/sub",
+        f"-Wl,{dtags}",
+    )
     info = elf.read_dynamic(str(path))
     assert info.runpath == ("$ORIGIN/../libs", "/opt/lib", "${ORIGIN}/sub")
     here = os.path.dirname(os.path.abspath(path))
@@ -149,13 +186,15 @@ def test_origin_paths_of_a_relative_path(build, monkeypatch):
     relative = os.path.join(path.parent.name, path.name)
     # $ORIGINAL is another token, and $ORIGIN counts only at an entry's start.
     assert elf.origin_paths(relative, info) == [
-        ("$ORIGIN", os.path.join(os.getcwd(), path.parent.name))]
+        ("$ORIGIN", os.path.join(os.getcwd(), path.parent.name))
+    ]
 
 
 @pytest.mark.parametrize("hash_style", ["sysv", "gnu", "both"])
 def test_stripped_and_without_section_headers(build, tmp_path, hash_style):
-    built = build(f"hashed_{hash_style}", SINGLE, f"-Wl,--hash-style={hash_style}",
-                  "-Wl,-rpath,$ORIGIN/lib")
+    built = build(
+        f"hashed_{hash_style}", SINGLE, f"-Wl,--hash-style={hash_style}", "-Wl,-rpath,$ORIGIN/lib"
+    )
     stripped = tmp_path / "stripped.so"
     subprocess.run(["strip", "--strip-all", "-o", str(stripped), str(built)], check=True)
     no_sections = _without_section_headers(stripped, tmp_path / "no_sections.so")
@@ -163,8 +202,12 @@ def test_stripped_and_without_section_headers(build, tmp_path, hash_style):
     for path in (stripped, no_sections):
         info = elf.read_dynamic(str(path))
         assert (info.undefined, info.exported, info.needed, info.runpath, info.soname) == (
-            expected.undefined, expected.exported, expected.needed, expected.runpath,
-            expected.soname), path.name
+            expected.undefined,
+            expected.exported,
+            expected.needed,
+            expected.runpath,
+            expected.soname,
+        ), path.name
         assert elf.extension_kind(str(path)) == "single"
     assert "PyModule_Create2" in expected.undefined
 
@@ -176,11 +219,26 @@ def test_32_bit_build(tmp_path):
     if cc is None:
         pytest.skip("no C compiler (cc)")
     source = tmp_path / "m32.c"
-    source.write_text("extern void *PyModule_Create2(void *, int);\n"
-                      "void *PyInit_m32(void) { return PyModule_Create2(0, 1013); }\n")
+    source.write_text(
+        "extern void *PyModule_Create2(void *, int);\n"
+        "void *PyInit_m32(void) { return PyModule_Create2(0, 1013); }\n"
+    )
     out = tmp_path / "m32.so"
-    done = subprocess.run([cc, "-m32", "-shared", "-fPIC", "-nostdlib", "-Wl,-rpath,$ORIGIN/x",
-                           "-o", str(out), str(source)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            cc,
+            "-m32",
+            "-shared",
+            "-fPIC",
+            "-nostdlib",
+            "-Wl,-rpath,$ORIGIN/x",
+            "-o",
+            str(out),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         pytest.skip(f"cc cannot build 32-bit code here: {done.stderr.strip()[-200:]}")
     assert out.read_bytes()[4] == 1  # ELFCLASS32
@@ -196,13 +254,27 @@ def _handmade_elf(bits: int, order: str, sections: bool, hash_style: str) -> byt
     a global helper and a local PyInit_local (neither exported).
     """
     word = "Q" if bits == 64 else "I"
-    names = ["libhand.so.2", "$ORIGIN/lib:/b", "hand.so", "PyModule_Create2", "memcpy",
-             "PyInit_hand", "helper", "PyInit_local"]
+    names = [
+        "libhand.so.2",
+        "$ORIGIN/lib:/b",
+        "hand.so",
+        "PyModule_Create2",
+        "memcpy",
+        "PyInit_hand",
+        "helper",
+        "PyInit_local",
+    ]
     strtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
     at = {n: strtab.index(b"\0" + n.encode() + b"\0") + 1 for n in names}
     # (name, st_info, st_shndx): GLOBAL FUNC is 0x12, LOCAL FUNC 0x02.
-    syms = [(0, 0, 0), (at["PyModule_Create2"], 0x12, 0), (at["memcpy"], 0x12, 0),
-            (at["PyInit_hand"], 0x12, 5), (at["helper"], 0x12, 5), (at["PyInit_local"], 0x02, 5)]
+    syms = [
+        (0, 0, 0),
+        (at["PyModule_Create2"], 0x12, 0),
+        (at["memcpy"], 0x12, 0),
+        (at["PyInit_hand"], 0x12, 5),
+        (at["helper"], 0x12, 5),
+        (at["PyInit_local"], 0x02, 5),
+    ]
     if bits == 64:
         symtab = b"".join(struct.pack(order + "IBBHQQ", n, i, 0, s, 0x10, 0) for n, i, s in syms)
     else:
@@ -215,45 +287,77 @@ def _handmade_elf(bits: int, order: str, sections: bool, hash_style: str) -> byt
     else:  # one bucket from symbol 1 on; bit 0 of the last chain value ends the chain
         hash_tag = 0x6FFFFEF5
         chain = [0] * (len(syms) - 2) + [1]
-        table = struct.pack(order + "IIII" + word + "I" + "I" * len(chain), 1, 1, 1, 0, 0, 1,
-                            *chain)
+        table = struct.pack(
+            order + "IIII" + word + "I" + "I" * len(chain), 1, 1, 1, 0, 0, 1, *chain
+        )
     ehsize, phsize, shsize = (64, 56, 64) if bits == 64 else (52, 32, 40)
     str_at = ehsize + 2 * phsize
     sym_at = str_at + len(strtab)
     hash_at = sym_at + len(symtab)
     dyn_at = hash_at + len(table)
-    dyn = [(1, at["libhand.so.2"]), (29, at["$ORIGIN/lib:/b"]), (14, at["hand.so"]),
-           (5, str_at), (10, len(strtab)), (6, sym_at), (hash_tag, hash_at), (0, 0)]
+    dyn = [
+        (1, at["libhand.so.2"]),
+        (29, at["$ORIGIN/lib:/b"]),
+        (14, at["hand.so"]),
+        (5, str_at),
+        (10, len(strtab)),
+        (6, sym_at),
+        (hash_tag, hash_at),
+        (0, 0),
+    ]
     dynamic = b"".join(struct.pack(order + ("qQ" if bits == 64 else "iI"), *d) for d in dyn)
     sh_at = dyn_at + len(dynamic)
     size = sh_at + (5 * shsize if sections else 0)
     if bits == 64:
+
         def program(kind, offset, length):
-            return struct.pack(order + "IIQQQQQQ", kind, 4, offset, offset, offset, length,
-                               length, 8)
+            return struct.pack(
+                order + "IIQQQQQQ", kind, 4, offset, offset, offset, length, length, 8
+            )
 
         def section(kind, offset, length, link, entsize):
-            return struct.pack(order + "IIQQQQIIQQ", 0, kind, 2, offset, offset, length, link,
-                               0, 8, entsize)
+            return struct.pack(
+                order + "IIQQQQIIQQ", 0, kind, 2, offset, offset, length, link, 0, 8, entsize
+            )
     else:
+
         def program(kind, offset, length):
-            return struct.pack(order + "IIIIIIII", kind, offset, offset, offset, length, length,
-                               4, 4)
+            return struct.pack(
+                order + "IIIIIIII", kind, offset, offset, offset, length, length, 4, 4
+            )
 
         def section(kind, offset, length, link, entsize):
-            return struct.pack(order + "IIIIIIIIII", 0, kind, 2, offset, offset, length, link,
-                               0, 4, entsize)
-    header = struct.pack(order + "16sHHI" + word * 3 + "IHHHHHH",
-                         b"\x7fELF" + bytes([bits // 32, 1 if order == "<" else 2, 1]),
-                         3, 62, 1, 0, ehsize, sh_at if sections else 0, 0, ehsize, phsize, 2,
-                         shsize, 5 if sections else 0, 0)
+            return struct.pack(
+                order + "IIIIIIIIII", 0, kind, 2, offset, offset, length, link, 0, 4, entsize
+            )
+
+    header = struct.pack(
+        order + "16sHHI" + word * 3 + "IHHHHHH",
+        b"\x7fELF" + bytes([bits // 32, 1 if order == "<" else 2, 1]),
+        3,
+        62,
+        1,
+        0,
+        ehsize,
+        sh_at if sections else 0,
+        0,
+        ehsize,
+        phsize,
+        2,
+        shsize,
+        5 if sections else 0,
+        0,
+    )
     out = header + program(1, 0, size) + program(2, dyn_at, len(dynamic))
     out += strtab + symtab + table + dynamic
     if sections:  # null, .dynstr, .dynsym (linked to 1), hash, .dynamic (linked to 1)
-        out += (section(0, 0, 0, 0, 0) + section(3, str_at, len(strtab), 0, 0)
-                + section(11, sym_at, len(symtab), 1, len(symtab) // len(syms))
-                + section(5, hash_at, len(table), 2, 4)
-                + section(6, dyn_at, len(dynamic), 1, len(dynamic) // len(dyn)))
+        out += (
+            section(0, 0, 0, 0, 0)
+            + section(3, str_at, len(strtab), 0, 0)
+            + section(11, sym_at, len(symtab), 1, len(symtab) // len(syms))
+            + section(5, hash_at, len(table), 2, 4)
+            + section(6, dyn_at, len(dynamic), 1, len(dynamic) // len(dyn))
+        )
     assert len(out) == size
     return out
 
@@ -276,8 +380,9 @@ def test_handmade_classes_and_byte_orders(tmp_path, bits, order, sections, hash_
 def test_not_elf_names_the_path_and_its_first_bytes(tmp_path):
     path = tmp_path / "module.so"
     path.write_text("INPUT(libfoo.so)\n")
-    with pytest.raises(ValueError,
-                       match=r"not an ELF shared object: .*module\.so starts with b'INPUT"):
+    with pytest.raises(
+        ValueError, match=r"not an ELF shared object: .*module\.so starts with b'INPUT"
+    ):
         elf.read_dynamic(str(path))
     empty = tmp_path / "empty.so"
     empty.write_bytes(b"")
@@ -288,8 +393,10 @@ def test_not_elf_names_the_path_and_its_first_bytes(tmp_path):
 def test_object_files_and_unknown_classes_are_refused(build, tmp_path):
     obj = tmp_path / "single.o"
     source = build("for_object", SINGLE).with_suffix(".c")
-    subprocess.run(["cc", "-c", "-fPIC", "-I", sysconfig.get_paths()["include"], "-o", str(obj),
-                    str(source)], check=True)
+    subprocess.run(
+        ["cc", "-c", "-fPIC", "-I", sysconfig.get_paths()["include"], "-o", str(obj), str(source)],
+        check=True,
+    )
     with pytest.raises(ValueError, match=r"single\.o is a relocatable object file"):
         elf.read_dynamic(str(obj))
     odd = tmp_path / "odd.so"
@@ -372,16 +479,26 @@ async def test_runs_inside_a_worker_interpreter():
 
     async with asi.Interpreter() as interp:
         assert await interp.run(elf.extension_kind, _core.__file__) == "multi"
-        assert await interp.run(elf.extension_kind, str(_numpy_file("_core/_umath_tests*.so"))
-                                ) == "single"
+        assert (
+            await interp.run(elf.extension_kind, str(_numpy_file("_core/_umath_tests*.so")))
+            == "single"
+        )
 
 
 def test_worker_side_imports_only():
     # Imported inside worker interpreters: no typing or other module of ours.
-    code = ("import sys; before = set(sys.modules)\n"
-            "import aiosubinterp._inside.elf\n"
-            "print(sorted(set(sys.modules) - before))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert set(ast.literal_eval(out)) == {"aiosubinterp", "aiosubinterp._inside",
-                                          "aiosubinterp._inside.elf", "struct", "_struct"}
+    code = (
+        "import sys; before = set(sys.modules)\n"
+        "import aiosubinterp._inside.elf\n"
+        "print(sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert set(ast.literal_eval(out)) == {
+        "aiosubinterp",
+        "aiosubinterp._inside",
+        "aiosubinterp._inside.elf",
+        "struct",
+        "_struct",
+    }

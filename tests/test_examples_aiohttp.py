@@ -43,8 +43,9 @@ class Server:
 
     def __init__(self, ex, handler_cancellation: bool, mode: str = "interpreters") -> None:
         self.app = ex.make_app(workers=2, max_streams=2, mode=mode)
-        self.runner = web.AppRunner(self.app, handler_cancellation=handler_cancellation,
-                                    shutdown_timeout=5)
+        self.runner = web.AppRunner(
+            self.app, handler_cancellation=handler_cancellation, shutdown_timeout=5
+        )
         self.stopped = False
 
     async def start(self) -> str:
@@ -103,8 +104,7 @@ async def test_ping_answers_while_every_worker_computes(ex, monkeypatch, pipe):
         # 4 requests on 2 interpreters: two compute until released, two wait in the queue.
         heavy = [asyncio.create_task(get_json(client, "/primes", n=20_000)) for _ in range(4)]
         try:
-            await until(lambda: (cpu.statistics()["running"],
-                                 cpu.statistics()["queued"]) == (2, 2))
+            await until(lambda: (cpu.statistics()["running"], cpu.statistics()["queued"]) == (2, 2))
             for _ in range(5):
                 async with client.get("/ping") as r:
                     assert await r.text() == "pong\n"
@@ -158,8 +158,9 @@ async def test_a_failing_producer_ends_the_response_early(ex, monkeypatch):
         assert await get_json(client, "/primes", n=1000) == {"n": 1000, "primes": 168}
 
 
-@pytest.mark.parametrize("handler_cancellation", [True, False],
-                         ids=["handler-cancelled", "write-fails"])
+@pytest.mark.parametrize(
+    "handler_cancellation", [True, False], ids=["handler-cancelled", "write-fails"]
+)
 async def test_client_gone_mid_stream_stops_the_producer(ex, handler_cancellation):
     count, size = 10**6, 65536
     async with serving(ex, handler_cancellation) as (server, client):
@@ -169,16 +170,21 @@ async def test_client_gone_mid_stream_stops_the_producer(ex, handler_cancellatio
         st = server.app[ex.STREAMS][-1]
         # The client reads no more: once the socket buffers are full, the
         # channel fills and the producer blocks in send_sync (back-pressure).
-        await until(lambda: (st.recv.statistics().current_buffer_used == ex.STREAM_CAPACITY
-                             and st.recv.statistics().tasks_waiting_send == 1))
+        await until(
+            lambda: (
+                st.recv.statistics().current_buffer_used == ex.STREAM_CAPACITY
+                and st.recv.statistics().tasks_waiting_send == 1
+            )
+        )
         assert st.state == "streaming" and st.written < count
         assert streams.statistics()["running"] == 1
 
         r.close()  # the client disconnects mid-stream
         await until(lambda: st.state != "streaming")
         # With handler_cancellation, the write that fails may come before the cancellation.
-        assert st.state in ({"cancelled", "client gone"} if handler_cancellation
-                            else {"client gone"})
+        assert st.state in (
+            {"cancelled", "client gone"} if handler_cancellation else {"client gone"}
+        )
         await until(lambda: streams.statistics()["running"] == 0)
         assert st.send.closed and st.recv.closed
         stats = st.recv.statistics()
@@ -200,8 +206,9 @@ async def test_a_queued_stream_whose_client_leaves_is_withdrawn(ex):
     # read nothing); a third waits in the queue, its client leaves.
     async with serving(ex) as (server, client):
         streams = server.app[ex.STREAM_POOL]
-        held = [await client.get("/stream", params={"count": 10**6, "size": 65536})
-                for _ in range(2)]
+        held = [
+            await client.get("/stream", params={"count": 10**6, "size": 65536}) for _ in range(2)
+        ]
         await until(lambda: streams.statistics()["running"] == 2)
         queued = await client.get("/stream", params={"count": 10, "size": 100})
         await until(lambda: streams.statistics()["queued"] == 1)
@@ -236,10 +243,21 @@ async def test_shutdown_with_a_stream_in_flight_closes_everything(ex):
 def test_the_script_serves_and_stops_on_ctrl_c():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "aiohttp_app.py"), "--port", str(port),
-         "--workers", "1", "--max-streams", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            str(EXAMPLES / "aiohttp_app.py"),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--max-streams",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         out = []
         for line in proc.stdout:  # run_app prints "Running on ..." once it listens

@@ -45,16 +45,20 @@ MISSING = [m for m in ("fastapi", "pydantic", "uvicorn") if importlib.util.find_
 needs_fastapi = pytest.mark.skipif(
     bool(MISSING) or FREE_THREADED,
     reason=f"{', '.join(MISSING)} not installed (the `copies` extra has fastapi and pydantic; "
-           "the free-threaded venv goes without)" if MISSING else
-           "free-threaded build: fallback='copy' is refused there, and pydantic-core has no "
-           "wheels for it")
+    "the free-threaded venv goes without)"
+    if MISSING
+    else "free-threaded build: fallback='copy' is refused there, and pydantic-core has no "
+    "wheels for it",
+)
 # The app refuses --mode interpreters on 3.12 (pydantic in several interpreters'
 # copies corrupts the heap there): test_interpreters_mode_is_refused_on_3_12.
 ON_3_12 = sys.version_info[:2] == (3, 12)
 needs_interpreters = pytest.mark.skipif(
-    ON_3_12, reason="examples/fastapi_app.py refuses --mode interpreters on CPython 3.12 "
-                    "(pydantic models built in several interpreters' copies of pydantic-core "
-                    "abort the process there); the other modes are tested")
+    ON_3_12,
+    reason="examples/fastapi_app.py refuses --mode interpreters on CPython 3.12 "
+    "(pydantic models built in several interpreters' copies of pydantic-core "
+    "abort the process there); the other modes are tested",
+)
 pytestmark = pytest.mark.timeout(5 * DEADLINE)  # a test awaits several conditions
 
 # The app with /score held: its work module swapped (in the child) for one
@@ -69,9 +73,14 @@ fastapi_app.work.score = functools.partial(workfuncs.busy_until_readable, fd, re
 sys.exit(fastapi_app.main(sys.argv[1:]))
 """
 
-BATCH = {"id": 7, "items": [{"name": "small", "n": 1000, "weight": 2.5},
-                            {"name": "big", "n": 20_000},
-                            {"name": "none", "n": 1, "weight": 3}]}
+BATCH = {
+    "id": 7,
+    "items": [
+        {"name": "small", "n": 1000, "weight": 2.5},
+        {"name": "big", "n": 20_000},
+        {"name": "none", "n": 1, "weight": 3},
+    ],
+}
 
 
 def primes_below(n: int) -> int:
@@ -80,18 +89,27 @@ def primes_below(n: int) -> int:
     sieve[:2] = b"\0\0"
     for i in range(2, int(n**0.5) + 1):
         if sieve[i]:
-            sieve[i * i::i] = bytes(len(range(i * i, n, i)))
+            sieve[i * i :: i] = bytes(len(range(i * i, n, i)))
     return sum(sieve[:n])
 
 
 def expected(batch: dict) -> dict:
     """What /score answers for batch, less where it ran (computed here, independently)."""
-    items = [{"name": it["name"], "primes": primes_below(it["n"]),
-              "score": primes_below(it["n"]) * float(it.get("weight", 1.0))}
-             for it in batch["items"]]
+    items = [
+        {
+            "name": it["name"],
+            "primes": primes_below(it["n"]),
+            "score": primes_below(it["n"]) * float(it.get("weight", 1.0)),
+        }
+        for it in batch["items"]
+    ]
     best = max(items, key=lambda it: it["score"])["name"]
-    return {"id": batch["id"], "items": items, "total": sum(it["score"] for it in items),
-            "best": best}
+    return {
+        "id": batch["id"],
+        "items": items,
+        "total": sum(it["score"] for it in items),
+        "best": best,
+    }
 
 
 class Server:
@@ -109,9 +127,13 @@ class Server:
         # the pools copy sys.path to their workers.
         path = os.pathsep.join(map(str, (ROOT, EXAMPLES, TESTS)))
         self.proc = subprocess.Popen(
-            cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=str(tmp_path),
+            cmd,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=str(tmp_path),
             env={**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"},
-            pass_fds=() if hold_fd is None else (hold_fd,))
+            pass_fds=() if hold_fd is None else (hold_fd,),
+        )
         self.base = f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
@@ -162,12 +184,9 @@ async def serving(tmp_path, mode="interpreters", hold_fd=None, sig=signal.SIGINT
 
 async def post_score(client: aiohttp.ClientSession, body: bytes | dict) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    async with client.post("/score", data=data,
-                           headers={"Content-Type": "application/json"}) as r:
+    async with client.post("/score", data=data, headers={"Content-Type": "application/json"}) as r:
         assert r.headers["Content-Type"] == "application/json"
         return r.status, await r.json()
-
-
 
 
 async def stats_until(client: aiohttp.ClientSession, check) -> dict:
@@ -207,8 +226,9 @@ async def test_scored_in_interpreters_from_private_copies(tmp_path):
         async with client.get("/ping") as r:
             assert r.status == 200 and await r.text() == "pong\n"
         schema = await get_json(client, "/openapi.json")
-        assert schema["paths"]["/score"]["post"]["requestBody"]["content"][
-            "application/json"]["schema"] == {"$ref": "#/components/schemas/Batch"}
+        assert schema["paths"]["/score"]["post"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ] == {"$ref": "#/components/schemas/Batch"}
         assert {"Batch", "Item", "Scored"} <= set(schema["components"]["schemas"])
 
 
@@ -217,7 +237,8 @@ async def test_scored_in_interpreters_from_private_copies(tmp_path):
 async def test_an_invalid_body_gets_422_and_pydantics_errors(tmp_path):
     async with serving(tmp_path) as (_, client):
         status, answer = await post_score(
-            client, {"id": "seven", "items": [{"name": "", "n": -1, "colour": "red"}]})
+            client, {"id": "seven", "items": [{"name": "", "n": -1, "colour": "red"}]}
+        )
         assert status == 422
         assert [(e["type"], e["loc"]) for e in answer["detail"]] == [
             ("int_parsing", ["id"]),
@@ -233,7 +254,8 @@ async def test_an_invalid_body_gets_422_and_pydantics_errors(tmp_path):
         assert status == 422 and [e["type"] for e in answer["detail"]] == ["too_short"]
         # The model's own validator: the work one request may ask for is bounded.
         status, answer = await post_score(
-            client, {"id": 1, "items": [{"name": "a", "n": 10**7}, {"name": "b", "n": 1}]})
+            client, {"id": 1, "items": [{"name": "a", "n": 10**7}, {"name": "b", "n": 1}]}
+        )
         assert status == 422 and [e["type"] for e in answer["detail"]] == ["value_error"]
         assert "add up to 10000001" in answer["detail"][0]["msg"]
         async with client.post("/score", data=io.BytesIO(b"x" * ((1 << 20) + 1))) as r:
@@ -320,10 +342,19 @@ def test_without_fastapi_it_says_what_to_install(tmp_path):
     # Runs everywhere, the free-threaded venv included (which has no pydantic).
     blocked = "import runpy, sys; sys.modules['fastapi'] = None; sys.path.insert(0, sys.argv[1]); "
     proc = subprocess.run(
-        [sys.executable, "-c", blocked + "runpy.run_path(sys.argv[2], run_name='__main__')",
-         str(EXAMPLES), str(EXAMPLES / "fastapi_app.py")],
-        capture_output=True, text=True, timeout=DEADLINE, cwd=str(tmp_path),
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-c",
+            blocked + "runpy.run_path(sys.argv[2], run_name='__main__')",
+            str(EXAMPLES),
+            str(EXAMPLES / "fastapi_app.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     missing = "pydantic" if "pydantic" in MISSING else "fastapi"
     assert f"examples/fastapi_app.py needs {missing}, which is not installed" in proc.stderr
@@ -335,8 +366,12 @@ def test_without_fastapi_it_says_what_to_install(tmp_path):
 def test_interpreters_mode_is_refused_on_3_12(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / "fastapi_app.py"), "--port", str(free_port())],
-        capture_output=True, text=True, timeout=DEADLINE, cwd=str(tmp_path),
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--mode interpreters is refused here: on CPython 3.12" in proc.stderr
     assert "use CPython 3.13+, or --mode processes" in proc.stderr

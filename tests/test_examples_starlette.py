@@ -77,8 +77,14 @@ class Served:
         self.ex = ex
         self.app = ex.make_app(workers=2, max_streams=2, mode=mode)
         # log_config=None: uvicorn's records reach pytest's caplog (no dictConfig).
-        config = uvicorn.Config(self.app, http=http, lifespan="on", log_config=None,
-                                access_log=False, timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            self.app,
+            http=http,
+            lifespan="on",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
         self.server = ex.Server(config)
         self.task: asyncio.Task | None = None
 
@@ -144,7 +150,7 @@ def primes_below(bounds: list[int]) -> list[int]:
     sieve[:2] = b"\0\0"
     for i in range(2, int(n**0.5) + 1):
         if sieve[i]:
-            sieve[i * i::i] = bytes(len(range(i * i, n, i)))
+            sieve[i * i :: i] = bytes(len(range(i * i, n, i)))
     return [sum(sieve[:b]) for b in bounds]
 
 
@@ -175,8 +181,12 @@ async def test_ping_answers_while_every_worker_computes(ex, monkeypatch, pipe):
         # 4 requests on 2 interpreters: two compute until released, two wait in the queue.
         heavy = [asyncio.create_task(get_json(client, "/primes", n=20_000)) for _ in range(4)]
         try:
-            await until(lambda: (served.cpu.statistics()["running"],
-                                 served.cpu.statistics()["queued"]) == (2, 2))
+            await until(
+                lambda: (
+                    (served.cpu.statistics()["running"], served.cpu.statistics()["queued"])
+                    == (2, 2)
+                )
+            )
             for _ in range(5):
                 async with client.get("/ping") as r:
                     assert await r.text() == "pong\n"
@@ -190,9 +200,11 @@ async def test_ping_answers_while_every_worker_computes(ex, monkeypatch, pipe):
             assert result == {"n": 20_000, "primes": 2262}
 
 
-@pytest.mark.parametrize(("http", "size"), [("httptools", 1000), ("httptools", 70_000),
-                                            ("h11", 70_000)],
-                         ids=["httptools-copied", "httptools-zero-copy", "h11-zero-copy"])
+@pytest.mark.parametrize(
+    ("http", "size"),
+    [("httptools", 1000), ("httptools", 70_000), ("h11", 70_000)],
+    ids=["httptools-copied", "httptools-zero-copy", "h11-zero-copy"],
+)
 async def test_stream_arrives_complete_and_in_order(ex, http, size):
     # Lines of 64 KiB or more cross the channel as views of the producer's memory.
     count = 60
@@ -230,7 +242,8 @@ async def test_events_arrive_complete_and_in_order(ex):
         assert [e["id"] for e in progress] == [str(i) for i in range(1, len(bounds) + 1)]
         assert {e["event"] for e in progress} == {"progress"}
         assert [json.loads(e["data"]) for e in progress] == [
-            {"below": b, "primes": p} for b, p in zip(bounds, expected, strict=True)]
+            {"below": b, "primes": p} for b, p in zip(bounds, expected, strict=True)
+        ]
         assert last["event"] == "result" and "id" not in last
         assert json.loads(last["data"]) == {"n": n, "primes": expected[-1]}
         st = served.last_stream()
@@ -249,8 +262,12 @@ async def test_client_gone_mid_stream_stops_the_producer(ex):
         st = served.last_stream()
         # The client reads no more: once the socket buffers are full, the
         # channel fills and the producer blocks in send_sync (back-pressure).
-        await until(lambda: (st.recv.statistics().current_buffer_used == ex.STREAM_CAPACITY
-                             and st.recv.statistics().tasks_waiting_send == 1))
+        await until(
+            lambda: (
+                st.recv.statistics().current_buffer_used == ex.STREAM_CAPACITY
+                and st.recv.statistics().tasks_waiting_send == 1
+            )
+        )
         assert st.state == "streaming" and st.written < count
         assert streams.statistics()["running"] == 1
 
@@ -287,7 +304,9 @@ async def test_client_gone_mid_events_stops_the_computation(ex):
         while first.count(b"\n\n") < 2:
             first += await r.content.readuntil(b"\n\n")
         assert [json.loads(e["data"]) for e in parse_events(first.decode())] == [
-            {"below": 20_000, "primes": 2262}, {"below": 40_000, "primes": 4203}]
+            {"below": 20_000, "primes": 2262},
+            {"below": 40_000, "primes": 4203},
+        ]
         st = served.last_stream()
         assert streams.statistics()["running"] == 1
         r.close()
@@ -320,7 +339,8 @@ async def test_a_failing_producer_ends_the_response_early(ex, monkeypatch, _no_s
         assert isinstance(st.producer.exception(), TypeError)
         assert st.send.closed and st.recv.closed
         assert [m.splitlines()[0] for m in _no_server_errors.messages] == [
-            "Exception in ASGI application"]
+            "Exception in ASGI application"
+        ]
         assert "TypeError" in _no_server_errors.messages[0]
         _no_server_errors.messages.clear()
         async with client.get("/ping") as r:
@@ -332,8 +352,9 @@ async def test_a_queued_stream_whose_client_leaves_is_withdrawn(ex):
     # read nothing); a third waits in the queue, its client leaves.
     async with serving(ex) as (served, client):
         streams = served.streams
-        held = [await client.get("/stream", params={"count": 10**6, "size": 65536})
-                for _ in range(2)]
+        held = [
+            await client.get("/stream", params={"count": 10**6, "size": 65536}) for _ in range(2)
+        ]
         await until(lambda: streams.statistics()["running"] == 2)
         queued = await client.get("/stream", params={"count": 10, "size": 100})
         await until(lambda: streams.statistics()["queued"] == 1)
@@ -355,8 +376,10 @@ async def test_a_queued_stream_whose_client_leaves_is_withdrawn(ex):
 async def test_shutdown_with_streams_in_flight_closes_everything(ex):
     async with serving(ex) as (served, client):
         cpu, streams = served.cpu, served.streams
-        async with (client.get("/stream", params={"count": 10**6, "size": 4096}) as lines,
-                    client.get("/events", params={"n": 10**9, "step": 20_000}) as events):
+        async with (
+            client.get("/stream", params={"count": 10**6, "size": 4096}) as lines,
+            client.get("/events", params={"n": 10**9, "step": 20_000}) as events,
+        ):
             assert await lines.content.readline() == ex.work.chunk(0, 4096)
             assert b"event: progress" in await events.content.readuntil(b"\n\n")
             # The clients go on reading while the server shuts down.
@@ -369,7 +392,9 @@ async def test_shutdown_with_streams_in_flight_closes_everything(ex):
         assert 0 < st_lines.written < 10**6
         assert len(rest_of_lines) % 4096 == 0
         assert parse_events(rest_of_events.decode())[-1] == {
-            "event": "shutdown", "data": '"the server is shutting down"'}
+            "event": "shutdown",
+            "data": '"the server is shutting down"',
+        }
         for st in (st_lines, st_events):
             assert st.send.closed and st.recv.closed and st.producer.done()
         assert not served.app.state.streams.live
@@ -380,8 +405,11 @@ async def test_shutdown_with_streams_in_flight_closes_everything(ex):
 def test_without_uvloop_or_httptools_it_says_so_and_falls_back(ex, monkeypatch, capsys):
     assert ex.server_options() == ("uvloop", "httptools")  # the test extra has both
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
-        None if name in ("uvloop", "httptools") else find_spec(name, *args)))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name in ("uvloop", "httptools") else find_spec(name, *args),
+    )
     assert ex.server_options() == ("asyncio", "h11")
     out = capsys.readouterr().out
     assert "uvloop is not installed" in out and "httptools is not installed" in out
@@ -390,10 +418,21 @@ def test_without_uvloop_or_httptools_it_says_so_and_falls_back(ex, monkeypatch, 
 def test_the_script_serves_and_stops_on_ctrl_c(ex):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "starlette_app.py"), "--port", str(port),
-         "--workers", "1", "--max-streams", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            str(EXAMPLES / "starlette_app.py"),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--max-streams",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         out = []
         for line in proc.stdout:  # uvicorn logs "Uvicorn running on ..." once it listens
@@ -405,11 +444,13 @@ def test_the_script_serves_and_stops_on_ctrl_c(ex):
         assert get(f"{base}/primes?n=100") == b'{"n":100,"primes":25}'
         assert get(f"{base}/stream?count=2&size=20") == ex.work.chunk(0, 20) + ex.work.chunk(1, 20)
         assert [e["event"] for e in parse_events(get(f"{base}/events?n=10&step=5").decode())] == [
-            "progress", "progress", "result"]
+            "progress",
+            "progress",
+            "result",
+        ]
         # A stream in flight when Ctrl-C comes gets its `shutdown` event.
         with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as conn:
-            conn.sendall(b"GET /events?n=1000000000&step=20000 HTTP/1.1\r\n"
-                         b"Host: localhost\r\n\r\n")
+            conn.sendall(b"GET /events?n=1000000000&step=20000 HTTP/1.1\r\nHost: localhost\r\n\r\n")
             received = b""
             while b"event: progress" not in received:
                 received += conn.recv(65536)

@@ -449,15 +449,17 @@ def test_wait_return_conditions(executor, gate):
     done, not_done = cf.wait([blocked, quick], timeout=0.01)
     assert blocked in not_done
     gate.release()
-    done, not_done = cf.wait([blocked, quick, failing], return_when=cf.ALL_COMPLETED,
-                             timeout=TIMEOUT)
+    done, not_done = cf.wait(
+        [blocked, quick, failing], return_when=cf.ALL_COMPLETED, timeout=TIMEOUT
+    )
     assert len(done) == 3 and not not_done
 
 
 def test_as_completed(executor, gate):
     futures = [executor.submit(workfuncs.square, i) for i in range(30)]
     assert sorted(f.result() for f in cf.as_completed(futures, timeout=TIMEOUT)) == sorted(
-        i * i for i in range(30))
+        i * i for i in range(30)
+    )
     fn, args = gate.task()
     blocked = executor.submit(fn, *args)
     with pytest.raises(TimeoutError):
@@ -492,8 +494,9 @@ def test_broken_executor_releases_its_resources_without_shutdown():
 
 
 def test_initializer_preload_and_max_tasks():
-    with asi.InterpreterPoolExecutor(2, workfuncs.set_state, ("greeting", "hi"),
-                                     preload=("fractions",)) as ex:
+    with asi.InterpreterPoolExecutor(
+        2, workfuncs.set_state, ("greeting", "hi"), preload=("fractions",)
+    ) as ex:
         assert list(ex.map(workfuncs.get_state, ["greeting"] * 8)) == ["hi"] * 8
         assert ex.submit(workfuncs.imported, "fractions").result(TIMEOUT) is True
     with asi.InterpreterPoolExecutor(1, max_tasks_per_interpreter=2) as ex:
@@ -576,8 +579,9 @@ async def test_run_in_executor():
     ex = asi.InterpreterPoolExecutor(2)
     try:
         assert await loop.run_in_executor(ex, workfuncs.square, 7) == 49
-        got = await asyncio.gather(*(loop.run_in_executor(ex, workfuncs.square, i)
-                                     for i in range(500)))
+        got = await asyncio.gather(
+            *(loop.run_in_executor(ex, workfuncs.square, i) for i in range(500))
+        )
         assert got == [i * i for i in range(500)]
         with pytest.raises(workfuncs.CustomError):
             await loop.run_in_executor(ex, workfuncs.raise_custom, "x")
@@ -640,8 +644,14 @@ def test_context_run_partial_is_unwrapped(executor):
 def _run_child(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "tests"), ROOT])
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_program_exits_only_after_submitted_calls_finish():
@@ -667,8 +677,14 @@ def test_program_exits_only_after_submitted_calls_finish():
 def test_example_runs():
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "executor_compat.py")],
-                          capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "executor_compat.py")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
 
@@ -705,8 +721,13 @@ def test_map_with_buffersize_submits_that_many_ahead():
         results = ex.map(workfuncs.square, itertools.count(), buffersize=2)
         assert [next(results) for _ in range(5)] == [0, 1, 4, 9, 16]
         results.close()
-        assert list(ex.map(workfuncs.add, range(5), range(5), buffersize=3,
-                           chunksize=2)) == [0, 2, 4, 6, 8]
+        assert list(ex.map(workfuncs.add, range(5), range(5), buffersize=3, chunksize=2)) == [
+            0,
+            2,
+            4,
+            6,
+            8,
+        ]
         assert list(ex.map(workfuncs.square, [], buffersize=1)) == []
         for bad in ("2", 2.0, True):
             with pytest.raises(TypeError, match="buffersize must be an integer or None"):
@@ -746,8 +767,9 @@ def test_a_start_failing_while_the_program_exits_is_not_logged(caplog, monkeypat
 
     r, w = os.pipe()
     try:
-        ex = asi.InterpreterPoolExecutor(1, initializer=workfuncs.fail_init_after_read,
-                                         initargs=(r,))
+        ex = asi.InterpreterPoolExecutor(
+            1, initializer=workfuncs.fail_init_after_read, initargs=(r,)
+        )
         with caplog.at_level("CRITICAL", logger="concurrent.futures"):
             fut = ex.submit(workfuncs.square, 3)
             monkeypatch.setattr(_executor, "_global_shutdown", True)
@@ -818,8 +840,10 @@ def test_nested_function_without_closure_crosses_as_code(executor):
     # One that reads its module's globals gets the worker's copy of that
     # module, as a module-level function does.
     namespace = vars(workfuncs)
-    exec("def _outer():\n    def inner(x):\n        return square(x) + 1\n    return inner\n",
-         namespace)
+    exec(
+        "def _outer():\n    def inner(x):\n        return square(x) + 1\n    return inner\n",
+        namespace,
+    )
     try:
         inner = namespace["_outer"]()
         assert inner.__qualname__ == "_outer.<locals>.inner"

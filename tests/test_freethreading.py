@@ -35,7 +35,8 @@ T = 30  # bound on every wait: nothing may hang
 needs_free_threading = pytest.mark.skipif(
     not FREE_THREADED,
     reason="a GIL build: there is no GIL to keep disabled (run on a free-threaded "
-    "build, e.g. make venv PYTHON_VERSIONS=3.13t)")
+    "build, e.g. make venv PYTHON_VERSIONS=3.13t)",
+)
 
 
 def _child_env() -> dict[str, str]:
@@ -49,9 +50,20 @@ def _child_env() -> dict[str, str]:
 
 def _run_child(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-W", "error::RuntimeWarning", "-c",
-         textwrap.dedent(code)],
-        env=_child_env(), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-W",
+            "error::RuntimeWarning",
+            "-c",
+            textwrap.dedent(code),
+        ],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @needs_free_threading
@@ -168,13 +180,17 @@ def test_many_threads_share_pools_channels_and_hubs():
             errors.append(exc)
 
     t0 = time.monotonic()
-    threads = [threading.Thread(target=guarded, args=(owner,)),
-               threading.Thread(target=guarded, args=(consumer,))]
+    threads = [
+        threading.Thread(target=guarded, args=(owner,)),
+        threading.Thread(target=guarded, args=(consumer,)),
+    ]
     for t in threads:
         t.start()
     assert shared_ready.wait(T)
-    workers = [threading.Thread(target=guarded, args=(one_thread, k, shared_box[0]))
-               for k in range(n_threads)]
+    workers = [
+        threading.Thread(target=guarded, args=(one_thread, k, shared_box[0]))
+        for k in range(n_threads)
+    ]
     for t in workers:
         t.start()
     for t in workers:

@@ -58,13 +58,20 @@ else:
 """
 
 
-def run_python(args: list[str], *, stdin: str | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess:
+def run_python(
+    args: list[str], *, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Python with args in a child, the project importable; timeout is a backstop for a freeze."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]))
     try:
-        return subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
-                              text=True, timeout=timeout, env=env)
+        return subprocess.run(
+            [sys.executable, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the child froze (killed after {timeout} s): {exc.stdout!r} {exc.stderr!r}")
 
@@ -441,7 +448,8 @@ def test_instances_without_cloudpickle_the_error_says_how():
 def test_script_classes_still_cross_by_reference(tmp_path):
     """In a script (a file workers import), the plain pickle is kept: no cloudpickle."""
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import asyncio, sys
         import aiosubinterp
 
@@ -459,7 +467,8 @@ def test_script_classes_still_cross_by_reference(tmp_path):
 
         if __name__ == "__main__":
             asyncio.run(main())
-    """))
+    """)
+    )
     proc = run_python([str(script)])
     assert proc.returncode == 0, proc.stderr
     assert "result 8 True False" in proc.stdout

@@ -28,10 +28,12 @@ import aiosubinterp as asi
 LOOPS = ["asyncio", "uvloop"]
 
 
-def run_child(tmp_path, body: str, loop_kind: str,
-              timeout: float = 90) -> subprocess.CompletedProcess:
+def run_child(
+    tmp_path, body: str, loop_kind: str, timeout: float = 90
+) -> subprocess.CompletedProcess:
     """Run `async def main()` (body) on loop_kind in a fresh interpreter; its outcome."""
-    source = textwrap.dedent("""
+    source = (
+        textwrap.dedent("""
         import asyncio, os, sys, warnings
         import aiosubinterp as asi
         import threadfuncs
@@ -43,7 +45,9 @@ def run_child(tmp_path, body: str, loop_kind: str,
                 await asyncio.wait_for(pool.aclose(), 60)
             for m in caught:
                 print("warned:", m.category.__name__, m.message, flush=True)
-    """) + textwrap.dedent(body) + textwrap.dedent(f"""
+    """)
+        + textwrap.dedent(body)
+        + textwrap.dedent(f"""
         if {loop_kind!r} == "uvloop":
             import uvloop
             uvloop.run(main())
@@ -51,6 +55,7 @@ def run_child(tmp_path, body: str, loop_kind: str,
             asyncio.run(main())
         print("left main", flush=True)
     """)
+    )
     return childproc.run_child(tmp_path, source, timeout)
 
 
@@ -71,7 +76,9 @@ def no_crash(proc: subprocess.CompletedProcess) -> None:
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_thread_left_running_then_aclose_warns_abandons_and_exit_says_so(tmp_path, loop_kind):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             iid = await pool.run(threadfuncs.interp_id)
@@ -81,7 +88,9 @@ def test_thread_left_running_then_aclose_warns_abandons_and_exit_says_so(tmp_pat
             print("closed", pool.closed, flush=True)
             async with asi.InterpreterPool(1) as other:
                 print("next pool", await other.run(threadfuncs.interp_id) != iid, flush=True)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     out = proc.stdout
     iid = interp_of(out)
@@ -98,14 +107,18 @@ def test_thread_left_running_then_aclose_warns_abandons_and_exit_says_so(tmp_pat
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_thread_left_running_at_exit_exits_70(tmp_path, loop_kind):
     # No close: the exit sweep meets the worker with its thread still running.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.start()
             print("interp", await pool.run(threadfuncs.interp_id), flush=True)
             await pool.run(threadfuncs.leave_thread, "left-at-exit")
             pool._state = "closed"  # no ResourceWarning: this test is about the sweep
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     iid = interp_of(proc.stdout)
     assert "left main\n" in proc.stdout
@@ -115,7 +128,9 @@ def test_thread_left_running_at_exit_exits_70(tmp_path, loop_kind):
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_raw_thread_left_running_then_aclose_does_not_abort(tmp_path, loop_kind):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             iid = await pool.run(threadfuncs.interp_id)
@@ -123,7 +138,9 @@ def test_raw_thread_left_running_then_aclose_does_not_abort(tmp_path, loop_kind)
             await pool.run(threadfuncs.leave_raw)
             await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     out = proc.stdout
     iid = interp_of(out)
@@ -139,13 +156,17 @@ def test_raw_thread_left_running_then_aclose_does_not_abort(tmp_path, loop_kind)
 def test_raw_thread_with_a_dummy_thread_object_is_counted_not_joined(tmp_path, loop_kind):
     # threading lists it (a _DummyThread), whose join() raises: on 3.12 an
     # AssertionError, on 3.13 a RuntimeError.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.run(threadfuncs.leave_raw_with_object)
             await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     out = proc.stdout
     assert "closed True\nleft main\n" in out, (out, proc.stderr[-3000:])
@@ -156,14 +177,18 @@ def test_raw_thread_with_a_dummy_thread_object_is_counted_not_joined(tmp_path, l
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_abandoned_interpreter_is_ended_at_exit_once_its_thread_finished(tmp_path, loop_kind):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             r, w = os.pipe()
             pool = asi.InterpreterPool(1, cancel_grace=0.2)
             await pool.run(threadfuncs.leave_thread_until, r)
             await close_showing_warnings(pool)
             os.write(w, b"x")  # the thread ends; the exit sweep may end the interpreter
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     assert "'waits-for-a-byte'" in proc.stdout, proc.stdout
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
@@ -174,7 +199,9 @@ def test_abandoned_interpreter_is_ended_at_exit_once_its_thread_finished(tmp_pat
 def test_replaced_worker_with_a_running_thread_is_abandoned(tmp_path, loop_kind):
     # max_tasks_per_interpreter=1: the worker retires after the task and is
     # replaced while the thread it started still runs.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             async with asi.InterpreterPool(1, max_tasks_per_interpreter=1,
                                            cancel_grace=0.2) as pool:
@@ -183,7 +210,9 @@ def test_replaced_worker_with_a_running_thread_is_abandoned(tmp_path, loop_kind)
                 again = await asyncio.wait_for(pool.run(threadfuncs.interp_id), 60)
                 print("replaced", first != again, pool.statistics()["state"], flush=True)
             print("closed", pool.closed, flush=True)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     out = proc.stdout
     assert "replaced True running\nclosed True\nleft main\n" in out, (out, proc.stderr[-3000:])
@@ -217,7 +246,9 @@ def test_worker_replaced_after_a_stuck_cancel_with_a_running_thread(tmp_path, lo
     # The cancelled task ignores interruptions: its worker is given up on and
     # replaced; once the task ends, its thread still runs, and the close
     # abandons that interpreter with a warning.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         async def main():
             r, w = os.pipe()
             r2, w2 = os.pipe()
@@ -235,11 +266,15 @@ def test_worker_replaced_after_a_stuck_cancel_with_a_running_thread(tmp_path, lo
             os.write(w, b"xx")  # the stubborn task returns; its thread runs on
             await close_showing_warnings(pool)
             print("closed", pool.closed, flush=True)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     no_crash(proc)
     out = proc.stdout
     assert "cancelled\nreplaced 1\n" in out and "closed True\nleft main\n" in out, (
-        out, proc.stderr[-3000:])
+        out,
+        proc.stderr[-3000:],
+    )
     lines = warned(out)
     assert len(lines) == 1 and "'from-stubborn-task'" in lines[0], out
     assert proc.returncode == 70, (proc.returncode, out, proc.stderr[-3000:])

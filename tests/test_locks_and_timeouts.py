@@ -44,12 +44,15 @@ def run_main(loop_kind: str) -> str:
 
 # -- R1: the lock-order deadlock ----------------------------------------------------
 
+
 @LOOPS
 def test_cancels_while_a_worker_discards_shared_items_never_deadlock(tmp_path, loop_kind):
     # The review's reproducer: it froze the whole process after 20-200
     # cancels. One worker sends refused 64 KiB items for ever (each discarded
     # under the channel mutex); the loop cancels tasks running on the other.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi
         import lockfuncs
@@ -67,7 +70,9 @@ def test_cancels_while_a_worker_discards_shared_items_never_deadlock(tmp_path, l
                 print("cancelled", i + 1, flush=True)
                 producer.cancel()
                 await asyncio.gather(producer, return_exceptions=True)
-    """ + run_main(loop_kind))
+    """
+        + run_main(loop_kind),
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "cancelled 400\n" in proc.stdout
     assert proc.stdout.endswith("exited\n")
@@ -79,7 +84,9 @@ def test_consumer_gives_up_cancels_producers_and_closes_its_end(tmp_path, loop_k
     # consumer reads a few, cancels the producers, then closes its end (which
     # drops the buffered chunks under the channel mutex while the producers'
     # interruptions are delivered).
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi
         import lockfuncs
@@ -99,7 +106,9 @@ def test_consumer_gives_up_cancels_producers_and_closes_its_end(tmp_path, loop_k
                     await asyncio.gather(*producers, return_exceptions=True)
                 print("rounds", round_ + 1, flush=True)
                 assert await pool.run(sum, [1, 2]) == 3
-    """ + run_main(loop_kind))
+    """
+        + run_main(loop_kind),
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "rounds 40\n" in proc.stdout
     assert proc.stdout.endswith("exited\n")
@@ -118,7 +127,9 @@ def test_every_public_timeout_takes_inf_as_no_limit(tmp_path, loop_kind):
     # the fix the first one froze the process: the waiter spun holding the
     # channel mutex, and statistics() (like any channel operation) never
     # returned.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio, concurrent.futures, math, os, threading, time
         import aiosubinterp as asi
         import lockfuncs
@@ -217,14 +228,23 @@ def test_every_public_timeout_takes_inf_as_no_limit(tmp_path, loop_kind):
                 print("limit", limit, flush=True)
                 await asyncio.to_thread(sync_waiters, limit)
                 await async_waiters(limit)
-    """ + run_main(loop_kind), timeout=240)
+    """
+        + run_main(loop_kind),
+        timeout=240,
+    )
     out = proc.stdout
     assert proc.returncode == 0, (proc.returncode, out, proc.stderr[-3000:])
     assert "backstop" not in out, out
-    names = ["recv_sync", "send_sync", "select_sync", "SharedLock.acquire",
-             "executor result/exception/map", "select",
-             "cancel_grace and recv_sync in a worker: InterpreterPool",
-             "cancel_grace and recv_sync in a worker: ProcessPool"]
+    names = [
+        "recv_sync",
+        "send_sync",
+        "select_sync",
+        "SharedLock.acquire",
+        "executor result/exception/map",
+        "select",
+        "cancel_grace and recv_sync in a worker: InterpreterPool",
+        "cancel_grace and recv_sync in a worker: ProcessPool",
+    ]
     for name in names:
         assert out.count(f"ok {name}\n") == 3, (name, out)
     assert out.endswith("exited\n")
@@ -256,8 +276,12 @@ def test_every_public_timeout_refuses_nan_negative_and_non_numbers(bad):
     callers, (tx, rx, ex) = _timeout_callers()
     try:
         for what, param, call in callers:
-            if isinstance(bad, (int, float)) and not isinstance(bad, bool) and bad < 0 and (
-                    what.startswith(("Future", "Executor"))):
+            if (
+                isinstance(bad, (int, float))
+                and not isinstance(bad, bool)
+                and bad < 0
+                and (what.startswith(("Future", "Executor")))
+            ):
                 # concurrent.futures' interface: a negative timeout means "do
                 # not wait", as the standard library's executors take it.
                 continue
@@ -303,35 +327,48 @@ def test_executor_negative_timeout_means_do_not_wait():
 
 # -- the lock order, checked by debug builds --------------------------------------------
 
+
 def test_debug_build_aborts_on_a_lock_taken_out_of_order(tmp_path):
     # _lock_order_selftest takes a queue mutex, then the channel mutex: the
     # order R1 broke. A debug build aborts naming both; a release build has
     # no check (the wrappers are the plain pthread calls) and returns False.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         from aiosubinterp import _core
         print("checked:", _core.LOCK_ORDER_CHECKED, flush=True)
         print("returned:", _core._lock_order_selftest(), flush=True)
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     if _core.LOCK_ORDER_CHECKED:
         assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stdout, proc.stderr)
         assert "checked: True\n" in proc.stdout
         assert "returned" not in proc.stdout
-        assert ("lock order violated: taking asi_chan_mu (every channel) (rank 10) while "
-                "holding q.mu (a test queue) (rank 30)") in proc.stderr
+        assert (
+            "lock order violated: taking asi_chan_mu (every channel) (rank 10) while "
+            "holding q.mu (a test queue) (rank 30)"
+        ) in proc.stderr
     else:
         assert proc.returncode == 0, (proc.returncode, proc.stderr)
         assert proc.stdout == "checked: False\nreturned: False\n"
 
 
 def test_debug_build_aborts_on_a_gil_taken_holding_a_mutex(tmp_path):
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         from aiosubinterp import _core
         print("returned:", _core._lock_order_selftest(gil=True), flush=True)
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     if _core.LOCK_ORDER_CHECKED:
         assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stdout, proc.stderr)
-        assert ("lock order violated: waiting for a GIL (PyEval_RestoreThread) (rank 0) while "
-                "holding q.mu (a test queue) (rank 30)") in proc.stderr
+        assert (
+            "lock order violated: waiting for a GIL (PyEval_RestoreThread) (rank 0) while "
+            "holding q.mu (a test queue) (rank 30)"
+        ) in proc.stderr
     else:
         assert proc.returncode == 0, (proc.returncode, proc.stderr)
         assert proc.stdout == "returned: False\n"
@@ -341,7 +378,9 @@ def test_debug_build_counts_lock_acquisitions_contention_and_hold_time(tmp_path)
     # Per rank, for the whole process: a pool's tasks take the job-queue and
     # hub mutexes, a channel's items the channel mutex; the selftest makes one
     # acquisition wait for certain. A release build keeps no counters and says so.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio, json
         import aiosubinterp as asi
         from aiosubinterp import _core
@@ -369,7 +408,9 @@ def test_debug_build_counts_lock_acquisitions_contention_and_hold_time(tmp_path)
             print(json.dumps({"tasks": tasks, "items": items, "after": _core._lock_stats()}))
 
         asyncio.run(main())
-    """, timeout=120)
+    """,
+        timeout=120,
+    )
     if not _core.LOCK_ORDER_CHECKED:
         assert proc.returncode == 1 and "AssertionError" not in proc.stderr, proc.stderr
         assert "lock-wait counters exist only in a debug build" in proc.stderr
@@ -384,8 +425,16 @@ def test_debug_build_counts_lock_acquisitions_contention_and_hold_time(tmp_path)
     got = json.loads(proc.stdout.splitlines()[-1])
     n = 200
     tasks, items, after = got["tasks"], got["items"], got["after"]
-    assert set(tasks) == {"chan", "orphan", "share", "queue", "registry", "hub", "interrupt",
-                          "shared_lock"}
+    assert set(tasks) == {
+        "chan",
+        "orphan",
+        "share",
+        "queue",
+        "registry",
+        "hub",
+        "interrupt",
+        "shared_lock",
+    }
     for stats in (tasks, items, after):
         for name, v in stats.items():
             assert 0 <= v["contended"] <= v["acquired"], (name, v)
@@ -411,6 +460,7 @@ def test_the_timeout_rule_clamps_to_threadings_maximum():
     # The rule's constant is the one threading uses: a wait of that length is
     # accepted by threading, asyncio and uvloop timers, and the C core.
     from aiosubinterp import _timeouts
+
     assert _timeouts.TIMEOUT_MAX == threading.TIMEOUT_MAX
     assert _timeouts.seconds(math.inf, "x") == threading.TIMEOUT_MAX
     assert _timeouts.optional_seconds(2**200) is None
@@ -418,6 +468,7 @@ def test_the_timeout_rule_clamps_to_threadings_maximum():
 
 
 # -- the previous review's remainder: one blob copied to every failed job -----------------
+
 
 def test_fail_queued_refuses_an_error_that_would_cross_by_reference():
     # Each queued job gets a copy of one encoding: a share (64 KiB of bytes),

@@ -24,17 +24,21 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FILE = "_core/tests/test_einsum.py"
 
 pytestmark = [
-    pytest.mark.skipif(copies_unavailable() is not None,
-                       reason="fallback='copy' is refused on this Python (3.12, free-threaded)"),
+    pytest.mark.skipif(
+        copies_unavailable() is not None,
+        reason="fallback='copy' is refused on this Python (3.12, free-threaded)",
+    ),
     pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy not installed"),
 ]
 
 
-@pytest.mark.parametrize(("loop_kind", "workers"), [
-    ("asyncio", 1), ("uvloop", 1), ("asyncio", 2)])
-def test_numpy_einsum_tests_in_interpreters_match_the_main_interpreter(tmp_path, loop_kind,
-                                                                        workers):
-    reports, _ = run_child(tmp_path, f"""
+@pytest.mark.parametrize(("loop_kind", "workers"), [("asyncio", 1), ("uvloop", 1), ("asyncio", 2)])
+def test_numpy_einsum_tests_in_interpreters_match_the_main_interpreter(
+    tmp_path, loop_kind, workers
+):
+    reports, _ = run_child(
+        tmp_path,
+        f"""
         import importlib.util
         sys.path.insert(0, {SCRIPTS!r})  # before the pool: workers get main's sys.path
         import _numpy_suite_work as work
@@ -51,7 +55,10 @@ def test_numpy_einsum_tests_in_interpreters_match_the_main_interpreter(tmp_path,
             report("from_copies", [core.startswith(folder + os.sep) for core in cores])
             report("numpy_in_main_before", "numpy" in sys.modules)
             report("baseline", work.run_file(path))
-    """, loop_kind, timeout=150)
+    """,
+        loop_kind,
+        timeout=150,
+    )
     base = reports["baseline"]
     base_counts = collections.Counter(outcome for outcome, _ in base["tests"].values())
     assert base["rc"] == 0 and not base["collect_errors"], base["tail"]
@@ -64,8 +71,10 @@ def test_numpy_einsum_tests_in_interpreters_match_the_main_interpreter(tmp_path,
         counts = collections.Counter(outcome for outcome, _ in run["tests"].values())
         assert run["rc"] == 0 and not run["collect_errors"], run["tail"]
         assert counts == base_counts
-        differ = {nodeid: (base["tests"].get(nodeid), outcome)
-                  for nodeid, outcome in run["tests"].items()
-                  if base["tests"].get(nodeid, [None])[0] != outcome[0]}
+        differ = {
+            nodeid: (base["tests"].get(nodeid), outcome)
+            for nodeid, outcome in run["tests"].items()
+            if base["tests"].get(nodeid, [None])[0] != outcome[0]
+        }
         assert not differ, differ
         assert run["numpy_file"] == base["numpy_file"]  # numpy's Python files: the installed ones

@@ -195,8 +195,10 @@ def _worker_while_idle(pool_seconds: float) -> tuple[float, float]:
     return asyncio.run(main())
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
-                    reason="needs the kernel's per-thread schedstat")
+@pytest.mark.skipif(
+    not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"),
+    reason="needs the kernel's per-thread schedstat",
+)
 def test_idle_spin_sets_how_long_an_idle_interpreter_polls():
     # Polling keeps the worker runnable (on a core, or waiting for one on a
     # busy machine) for as long as it lasts; 0 means the worker sleeps at once.
@@ -227,8 +229,13 @@ def test_exit_while_interpreters_are_created_in_parallel():
         asyncio.run(main())
     """)
     for _ in range(3):
-        proc = subprocess.run([sys.executable, "-W", "ignore", "-c", source], capture_output=True,
-                              text=True, timeout=60, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", source],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["first", "4"]
         assert "Fatal Python error" not in proc.stderr
@@ -257,9 +264,15 @@ async def test_worker_start_up_imports_only_the_runtime():
         bare = set(eval(f.read()))  # a list of str, written just above
     async with asi.InterpreterPool(1, forward_logging=False) as pool:
         held = set(await pool.run(eval, "sorted(__import__('sys').modules)"))
-    runtime = {"aiosubinterp", "aiosubinterp._core", "aiosubinterp._inside",
-               "aiosubinterp._inside.marshal", "aiosubinterp._inside.worker", "cython_runtime",
-               *_quirks.blocked_modules()}
+    runtime = {
+        "aiosubinterp",
+        "aiosubinterp._core",
+        "aiosubinterp._inside",
+        "aiosubinterp._inside.marshal",
+        "aiosubinterp._inside.worker",
+        "cython_runtime",
+        *_quirks.blocked_modules(),
+    }
     extra = {m for m in held - bare - runtime if not m.startswith("_cython_")}  # Cython's own
     assert not extra, sorted(extra)
     # forward_logging (on by default) adds the log channel's end, and with it
@@ -377,11 +390,15 @@ async def test_a_later_start_that_fails_leaves_the_pool_running(gate, caplog):
         assert asi.active_count() == 2
         results = await asyncio.gather(*(pool.run(workfuncs.square, i) for i in range(4)))
         assert results == [0, 1, 4, 9]
-    failed = [r for r in caplog.records if r.name == "aiosubinterp" and "failed to start" in
-              r.getMessage()]
+    failed = [
+        r
+        for r in caplog.records
+        if r.name == "aiosubinterp" and "failed to start" in r.getMessage()
+    ]
     assert len(failed) == 1, caplog.records
     assert failed[0].exc_info is not None and "initializer says no, this one" in str(
-        failed[0].exc_info[1])
+        failed[0].exc_info[1]
+    )
 
 
 async def test_a_first_start_that_fails_breaks_the_pool_and_starts_no_other(gate):

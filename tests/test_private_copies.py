@@ -26,18 +26,22 @@ LOOPS = ["asyncio", "uvloop"]
 FREE_THREADED = bool(__import__("sysconfig").get_config_var("Py_GIL_DISABLED"))
 # Free-threaded builds and 3.12 refuse copies: test_pythons_without_copies_refuse_them.
 NO_COPIES = copies_unavailable()
-needs_copies = pytest.mark.skipif(NO_COPIES is not None, reason="fallback='copy' is refused on "
-                                  "this Python (see the test of that refusal)")
+needs_copies = pytest.mark.skipif(
+    NO_COPIES is not None,
+    reason="fallback='copy' is refused on this Python (see the test of that refusal)",
+)
 
 
-def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None = None,
-              timeout: float = 120) -> tuple[dict, str]:
+def run_child(
+    tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None = None, timeout: float = 120
+) -> tuple[dict, str]:
     """Run `async def main()` (body) in a fresh process; (its reports, its stderr).
 
     The child reports with report(key, value): one JSON line each. It must
     exit with 0: a crash at exit (a copy unloaded wrongly) fails the test.
     """
-    source = textwrap.dedent("""
+    source = (
+        textwrap.dedent("""
         import asyncio, json, os, sys, warnings
         import aiosubinterp as asi
         import copyfuncs
@@ -47,7 +51,9 @@ def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None 
 
         def failure(coro_or_exc):
             return f"{type(coro_or_exc).__name__}: {coro_or_exc}"
-    """) + textwrap.dedent(body) + textwrap.dedent(f"""
+    """)
+        + textwrap.dedent(body)
+        + textwrap.dedent(f"""
         if {loop_kind!r} == "uvloop":
             import uvloop
             uvloop.run(main())
@@ -55,6 +61,7 @@ def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None 
             asyncio.run(main())
         report("done", True)
     """)
+    )
     old = dict(os.environ)
     try:
         os.environ.update(env or {})
@@ -69,7 +76,8 @@ def run_child(tmp_path, body: str, loop_kind: str = "asyncio", env: dict | None 
             reports[key] = value
     assert proc.returncode == 0, (
         f"the child exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-        f"stderr:\n{proc.stderr[-4000:]}")
+        f"stderr:\n{proc.stderr[-4000:]}"
+    )
     assert reports.get("done"), proc.stdout + proc.stderr
     return reports, proc.stderr
 
@@ -85,7 +93,9 @@ def have(*modules: str) -> list[str]:
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_refusing_packages_run_in_interpreters_from_private_copies(tmp_path, loop_kind):
     packages = have("orjson", "pydantic", "lxml")
-    reports, _ = run_child(tmp_path, f"""
+    reports, _ = run_child(
+        tmp_path,
+        f"""
         async def main():
             async with asi.InterpreterPool(2, fallback="copy") as pool:
                 results = await asyncio.gather(*[pool.run(copyfuncs.numpy_where)
@@ -106,7 +116,9 @@ def test_refusing_packages_run_in_interpreters_from_private_copies(tmp_path, loo
             report("main_numpy", [copyfuncs.numpy_digest(), numpy.__file__])
             for name in {packages!r}:
                 report("main_" + name, getattr(copyfuncs, name + "_digest")())
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     main_digest, main_file = reports["main_numpy"]
     folder = reports["stats"]["copies_folder"]
     cores = set()
@@ -131,7 +143,9 @@ def test_refusing_packages_run_in_interpreters_from_private_copies(tmp_path, loo
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_single_phase_modules_are_refused_before_their_init_runs(tmp_path, loop_kind):
     msgspec = bool(have("msgspec"))
-    reports, _ = run_child(tmp_path, f"""
+    reports, _ = run_child(
+        tmp_path,
+        f"""
         async def main():
             async with asi.Interpreter(fallback="copy") as interp:
                 if {msgspec!r}:
@@ -147,7 +161,9 @@ def test_single_phase_modules_are_refused_before_their_init_runs(tmp_path, loop_
                 report("numpy_after", (await interp.run(copyfuncs.numpy_where))[0])
             import numpy
             report("main_numpy", copyfuncs.numpy_digest())
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     name, message = reports["rational"]
     assert name == "numpy._core._rational_tests"
     assert "single-phase" in message and "processes" in message
@@ -165,7 +181,9 @@ def test_single_phase_modules_are_refused_before_their_init_runs(tmp_path, loop_
 def test_copy_where_safe_and_processes_otherwise(tmp_path, loop_kind):
     if not have("msgspec"):
         pytest.skip("msgspec (the single-phase example) has no wheel for this Python")
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -178,7 +196,9 @@ def test_copy_where_safe_and_processes_otherwise(tmp_path, loop_kind):
                     report("pid_after", await pool.run(copyfuncs.pid))
             report("warnings", [str(w.message) for w in caught
                                 if w.category is asi.FallbackWarning])
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     assert reports["msgspec"] == '{"a":1}'
     assert any("msgspec._core" in w for w in reports["warnings"]), reports["warnings"]
     numpy_maps = reports["numpy"][2][1:]
@@ -191,7 +211,9 @@ def test_copy_where_safe_and_processes_otherwise(tmp_path, loop_kind):
 @needs_copies
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_replaced_interpreters_and_every_front_door_get_fresh_copies(tmp_path, loop_kind):
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         import concurrent.futures
 
         async def main():
@@ -202,7 +224,9 @@ def test_replaced_interpreters_and_every_front_door_get_fresh_copies(tmp_path, l
                 report("executor", executor.submit(copyfuncs.numpy_where).result(60))
             import numpy
             report("main_numpy", copyfuncs.numpy_digest())
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     paths = []
     for digest, _file, (_name, *maps) in reports["recycled"]:
         assert digest == reports["main_numpy"]
@@ -223,7 +247,9 @@ def test_stale_folders_go_and_this_process_leaves_none(tmp_path):
     live = family / f"{os.getpid()}-1-0badc0de"
     for folder in (dead, live):
         (folder / "i1").mkdir(parents=True)
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             os.environ.pop("OPENBLAS_NUM_THREADS", None)
             pool = asi.InterpreterPool(1, fallback="copy")
@@ -233,7 +259,9 @@ def test_stale_folders_go_and_this_process_leaves_none(tmp_path):
             report("env", [os.environ.get("OPENBLAS_NUM_THREADS"), os.environ["OMP_NUM_THREADS"]])
             # never closed: the folder goes at exit
             pool.close()
-    """, env={"AIOSUBINTERP_COPY_DIR": str(parent), "OMP_NUM_THREADS": "3"})
+    """,
+        env={"AIOSUBINTERP_COPY_DIR": str(parent), "OMP_NUM_THREADS": "3"},
+    )
     assert not dead.exists() and live.exists()
     assert reports["folder"].startswith(str(family) + os.sep)
     assert not os.path.exists(reports["folder"])
@@ -244,14 +272,17 @@ def test_stale_folders_go_and_this_process_leaves_none(tmp_path):
 
 @needs_copies
 def test_denied_package_is_refused_with_the_reason(tmp_path):
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             async with asi.InterpreterPool(1, fallback="copy") as pool:
                 try:
                     await pool.run(copyfuncs.uvloop_version)
                 except asi.ModuleRefusedError as exc:
                     report("refused", [exc.name, str(exc)])
-    """)
+    """,
+    )
     name, message = reports["refused"]
     assert name.partition(".")[0] == "uvloop"
     if sys.version_info >= (3, 13):  # 3.12 refuses uvloop by name before any file is read
@@ -277,14 +308,18 @@ def test_fallback_values_are_checked():
 @pytest.mark.skipif(NO_COPIES is None, reason="the refusal of free-threaded builds and 3.12")
 def test_pythons_without_copies_refuse_them(tmp_path):
     expected = "free-threaded build" if FREE_THREADED else "needs CPython 3.13 or newer"
-    for make in (lambda: asi.InterpreterPool(1, fallback="copy"),
-                 lambda: asi.Interpreter(fallback="copy"),
-                 lambda: asi.InterpreterPoolExecutor(1, fallback="copy")):
+    for make in (
+        lambda: asi.InterpreterPool(1, fallback="copy"),
+        lambda: asi.Interpreter(fallback="copy"),
+        lambda: asi.InterpreterPoolExecutor(1, fallback="copy"),
+    ):
         with pytest.raises(ValueError, match=expected) as info:
             make()
         assert "fallback=('copy', 'process')" in str(info.value)
     # ("copy", "process") means processes there: numpy runs, in another process.
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", asi.FallbackWarning)
@@ -294,7 +329,8 @@ def test_pythons_without_copies_refuse_them(tmp_path):
                     report("stats", pool.statistics())
             import numpy
             report("main", [os.getpid(), copyfuncs.numpy_digest()])
-    """)
+    """,
+    )
     assert reports["numpy"] == reports["main"][1]
     assert reports["pid"] != reports["main"][0]
     assert "copies" not in reports["stats"]
@@ -308,38 +344,49 @@ def test_parent_folder_follows_the_environment(monkeypatch, tmp_path):
 def test_without_fallback_the_refusal_names_the_copy_fallback(tmp_path):
     # In a child: the refused import still loads numpy's OpenBLAS, whose threads
     # would outlive the test here.
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             async with asi.InterpreterPool(1) as pool:
                 try:
                     await pool.run(copyfuncs.numpy_digest)
                 except asi.ModuleRefusedError as exc:
                     report("refused", str(exc))
-    """)
+    """,
+    )
     assert "fallback='copy'" in reports["refused"]
     assert "fallback=('copy', 'process')" in reports["refused"]
 
 
 @needs_copies
 def test_the_default_pool_takes_its_fallback_from_the_environment(tmp_path):
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             report("numpy", await asi.run(copyfuncs.numpy_where))
             import numpy
             report("main", copyfuncs.numpy_digest())
-    """, env={"AIOSUBINTERP_FALLBACK": "copy"})
+    """,
+        env={"AIOSUBINTERP_FALLBACK": "copy"},
+    )
     assert reports["numpy"][0] == reports["main"]
     assert any("aiosubinterp-copies-" in m for m in reports["numpy"][2][1:])
 
 
 def test_a_bad_fallback_in_the_environment_is_a_clear_error(tmp_path):
-    reports, _ = run_child(tmp_path, """
+    reports, _ = run_child(
+        tmp_path,
+        """
         async def main():
             try:
                 await asi.run(copyfuncs.pid)
             except ValueError as exc:
                 report("error", str(exc))
-    """, env={"AIOSUBINTERP_FALLBACK": "copies"})
+    """,
+        env={"AIOSUBINTERP_FALLBACK": "copies"},
+    )
     assert reports["error"].startswith("the environment variable AIOSUBINTERP_FALLBACK='copies'")
     assert "copy,process" in reports["error"]
 
@@ -364,7 +411,9 @@ async def test_a_copy_folder_others_can_write_to_is_refused(tmp_path, monkeypatc
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind):
     names = ["numpy", "xml.dom.minidom", "json", *have("orjson", "lxml.etree", "pydantic")]
-    reports, _ = run_child(tmp_path, f"""
+    reports, _ = run_child(
+        tmp_path,
+        f"""
         async def main():
             async with asi.Interpreter(fallback="copy") as interp:
                 report("at_once", await interp.run(copyfuncs.import_at_once, {names!r}))
@@ -373,7 +422,9 @@ def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind
                     await interp.run(copyfuncs.uvloop_version)
                 except asi.ModuleRefusedError as exc:
                     report("uvloop", exc.name)
-    """, loop_kind)
+    """,
+        loop_kind,
+    )
     errors, left = reports["at_once"]
     assert errors == [] and left == 0
     assert reports["uvloop"].partition(".")[0] == "uvloop"
@@ -382,15 +433,20 @@ def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind
 @needs_copies
 def test_numpy_in_interpreters_example_runs():
     # The example runs numpy in interpreters from private copies: a process of its own.
-    proc = subprocess.run([sys.executable, os.path.join(childproc.ROOT, "examples",
-                                                        "numpy_in_interpreters.py")],
-                          capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONPATH": childproc.ROOT})
+    proc = subprocess.run(
+        [sys.executable, os.path.join(childproc.ROOT, "examples", "numpy_in_interpreters.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": childproc.ROOT},
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 4, proc.stdout
-    row = (r"{}: \d+ tasks/s, same results: True, in this process: {}, "
-           r"16 MiB array \* 2: [\d.]+ ms, correct: True")
+    row = (
+        r"{}: \d+ tasks/s, same results: True, in this process: {}, "
+        r"16 MiB array \* 2: [\d.]+ ms, correct: True"
+    )
     assert re.fullmatch(row.format(re.escape('interpreters (fallback="copy")'), "True"), lines[0])
     assert re.fullmatch(r"private copies: [1-9]\d* files, \d+ MiB on disk", lines[1])
     assert re.fullmatch(row.format(re.escape("processes (ProcessPool)"), "False"), lines[2])

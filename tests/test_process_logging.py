@@ -88,8 +88,10 @@ async def test_records_before_aclose_all_arrive_in_order(captured):
     finally:
         await pool.aclose()
     assert [r.getMessage() for r in captured] == (
-        [f"a {i}" for i in range(300)] + [f"b {i}" for i in range(300)]
-        + [f"c {i}" for i in range(300)])
+        [f"a {i}" for i in range(300)]
+        + [f"b {i}" for i in range(300)]
+        + [f"c {i}" for i in range(300)]
+    )
 
 
 async def test_opt_out(captured, handled):
@@ -215,7 +217,8 @@ async def test_records_from_worker_threads_arrive_whole(captured):
     assert sorted(messages) == sorted(expected)
     for t in range(4):  # each thread's in its order
         assert [m for m in messages if m.startswith(f"thread {t} ")] == [
-            f"thread {t} record {i}" for i in range(200)]
+            f"thread {t} record {i}" for i in range(200)
+        ]
 
 
 async def test_cancel_while_logging_leaves_the_stream_whole(captured):
@@ -245,7 +248,8 @@ async def test_cancel_while_logging_leaves_the_stream_whole(captured):
     busy = [r.getMessage() for r in captured if r.getMessage().startswith("busy ")]
     assert busy == [f"busy {i}" for i in range(len(busy))]
     assert [r.getMessage() for r in captured if r.getMessage().startswith("after ")] == [
-        f"after {i}" for i in range(50)]
+        f"after {i}" for i in range(50)
+    ]
 
 
 # Main's handling never returns (a handler's filter that waits forever, outside

@@ -31,10 +31,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FD = asi.FileDescriptor
 
 
-@pytest.mark.parametrize("fn, arg, said", [
-    (procfuncs.exit_now, 3, "exit code 3"),
-    (procfuncs.kill_self, int(signal.SIGKILL), "signal SIGKILL"),
-])
+@pytest.mark.parametrize(
+    "fn, arg, said",
+    [
+        (procfuncs.exit_now, 3, "exit code 3"),
+        (procfuncs.kill_self, int(signal.SIGKILL), "signal SIGKILL"),
+    ],
+)
 async def test_a_dying_worker_fails_only_its_task(fn, arg, said):
     async with asi.ProcessPool(1) as pool:
         before = await pool.run(procfuncs.pid)
@@ -209,9 +212,13 @@ async def test_cancelling_a_routed_task_interrupts_it_in_its_interpreter(pipe):
 
 
 def test_numpy_fallback_example_runs():
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "numpy_fallback.py")],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "numpy_fallback.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "means: [4.0, 5.167, 6.0]",
@@ -335,7 +342,9 @@ async def test_a_worker_reads_the_statistics_of_an_end_closed_elsewhere():
 def test_a_main_script_a_worker_process_cannot_import_gives_a_clear_error(tmp_path):
     # Worker processes find a script's functions as interpreter workers do
     # (one resolver): the error names the script's failure and the fix.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio
 
         import aiosubinterp as asi
@@ -354,7 +363,8 @@ def test_a_main_script_a_worker_process_cannot_import_gives_a_clear_error(tmp_pa
                     print("ImportError:", exc)
 
         asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "sent to a worker process, which had to import that script" in proc.stdout
     assert "RuntimeError: this script runs only as the program" in proc.stdout

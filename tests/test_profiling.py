@@ -18,8 +18,11 @@ from aiosubinterp._engine import profiling as _profiling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = sys.version_info >= (3, 13)
-needs_313 = pytest.mark.skipif(not HERE, reason="cProfile does not load in a subinterpreter "
-                               "on 3.12: test_refused_on_312 covers that version")
+needs_313 = pytest.mark.skipif(
+    not HERE,
+    reason="cProfile does not load in a subinterpreter "
+    "on 3.12: test_refused_on_312 covers that version",
+)
 
 
 def calls(raw, name, module=proffuncs):
@@ -240,14 +243,19 @@ def test_folded_stacks_from_edges():
         c: (2, 2, 4.0, 4.0, {a: (1, 1, 2.0, 2.0), b: (1, 1, 2.0, 2.0)}),
     }
     stacks = flamegraph.folded_stacks(raw)
-    assert stacks == pytest.approx({(root,): 1.0, (root, a): 2.0, (root, a, c): 2.0,
-                                    (root, b): 3.0, (root, b, c): 2.0})
+    assert stacks == pytest.approx(
+        {(root,): 1.0, (root, a): 2.0, (root, a, c): 2.0, (root, b): 3.0, (root, b, c): 2.0}
+    )
     assert sum(stacks.values()) == pytest.approx(10.0)
     svg = flamegraph.render_svg(raw, "t", "s")
     assert svg.startswith("<svg") and "root (m.py:1)" in svg and "10 s" in svg
     doc = json.loads(flamegraph.speedscope_json(raw, "t"))
     assert {f["name"] for f in doc["shared"]["frames"]} == {
-        "root (m.py:1)", "a (m.py:5)", "b (m.py:9)", "c (m.py:13)"}
+        "root (m.py:1)",
+        "a (m.py:5)",
+        "b (m.py:9)",
+        "c (m.py:13)",
+    }
     assert sum(doc["profiles"][0]["weights"]) == pytest.approx(10.0)
 
 
@@ -283,9 +291,14 @@ if __name__ == "__main__":
 
 
 def run_cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "aiosubinterp", "profile", *args],
-                          capture_output=True, text=True, timeout=180, cwd=str(tmp_path),
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "profile", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 @needs_313
@@ -301,8 +314,14 @@ def test_cli_writes_report_and_flame_graph(tmp_path):
     assert "crunch_numbers" in text and "5 tasks profiled in" in text
     assert "== all interpreters together" in text and "== interpreter " in text
     merged = pstats.Stats(str(out / "profile.pstats"))
-    assert sum(v[1] for k, v in merged.stats.items()  # type: ignore[attr-defined]
-               if k[2] == "crunch_numbers") == 5
+    assert (
+        sum(
+            v[1]
+            for k, v in merged.stats.items()  # type: ignore[attr-defined]
+            if k[2] == "crunch_numbers"
+        )
+        == 5
+    )
     svg = (out / "flamegraph.svg").read_text()
     assert svg.startswith("<svg") and "crunch_numbers (script.py:7)" in svg
     doc = json.loads((out / "profile.speedscope.json").read_text())
@@ -345,8 +364,10 @@ def test_cli_script_without_pools(tmp_path):
     proc = run_cli(tmp_path, "-o", "out", "script.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no pool here" in proc.stdout and "0 tasks profiled" in proc.stderr
-    assert "no task ran in an interpreter while profiling" in (
-        tmp_path / "out" / "profile.txt").read_text()
+    assert (
+        "no task ran in an interpreter while profiling"
+        in (tmp_path / "out" / "profile.txt").read_text()
+    )
     assert (tmp_path / "out" / "flamegraph.svg").read_text().startswith("<svg")
     assert json.loads((tmp_path / "out" / "profile.speedscope.json").read_text())["profiles"]
 
@@ -369,7 +390,8 @@ async def test_overlapping_coroutines_share_one_measurement():
         async with pool.profile() as prof:
             results = await asyncio.gather(
                 *(pool.submit(proffuncs.awaits_then_leaf, 10) for _ in range(4)),
-                pool.submit(proffuncs.other, 10))
+                pool.submit(proffuncs.other, 10),
+            )
         assert results == [proffuncs.leaf(10)] * 5
         raw = prof.raw()
         assert calls(raw, "awaits_then_leaf") == 8  # each resumed once after its await

@@ -26,8 +26,10 @@ pytest_plugins = ["pytester"]
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 PACKAGE = os.path.dirname(os.path.abspath(asi.__file__))  # the installed package
-OUR_MACHINERY = (os.path.join(PACKAGE, "_inside") + os.sep,
-                 os.path.join(PACKAGE, "_process", "worker.py"))
+OUR_MACHINERY = (
+    os.path.join(PACKAGE, "_inside") + os.sep,
+    os.path.join(PACKAGE, "_process", "worker.py"),
+)
 
 
 class Backend:
@@ -50,8 +52,11 @@ def backend(request) -> Backend:
 
 def worker_entries(exc: BaseException) -> list[tuple[str, int, str | None]]:
     """(function, line, source line) of exc's traceback entries in tbfuncs."""
-    return [(fs.name, fs.lineno, fs.line) for fs in traceback.extract_tb(exc.__traceback__)
-            if fs.filename == tbfuncs.__file__]
+    return [
+        (fs.name, fs.lineno, fs.line)
+        for fs in traceback.extract_tb(exc.__traceback__)
+        if fs.filename == tbfuncs.__file__
+    ]
 
 
 def at(name: str, text: str) -> tuple[str, int, str]:
@@ -77,16 +82,21 @@ async def test_worker_frames_follow_the_callers(backend):
     assert type(exc) is KeyError
     entries = traceback.extract_tb(exc.__traceback__)
     assert (entries[0].filename, entries[0].name) == (__file__, "failure")  # the caller's
-    assert worker_entries(exc) == [at("outer", "outer calls inner"),
-                                   at("_inner", "inner lookup fails")]
+    assert worker_entries(exc) == [
+        at("outer", "outer calls inner"),
+        at("_inner", "inner lookup fails"),
+    ]
     assert [fs.filename for fs in entries[-2:]] == [tbfuncs.__file__] * 2  # innermost last
-    assert not [fs for fs in entries if fs.filename.startswith(OUR_MACHINERY)
-                or fs.filename.endswith((".pxi", ".pyx"))]
+    assert not [
+        fs
+        for fs in entries
+        if fs.filename.startswith(OUR_MACHINERY) or fs.filename.endswith((".pxi", ".pyx"))
+    ]
     # The text form stays the cause, as before.
     assert isinstance(exc.__cause__, asi.ExecutionFailed)
     text = exc.__cause__.remote_traceback
     assert "inner lookup fails" in text
-    assert text.startswith("Traceback (most recent call last):\n  File \"" + tbfuncs.__file__)
+    assert text.startswith('Traceback (most recent call last):\n  File "' + tbfuncs.__file__)
 
 
 async def test_columns_are_the_workers(backend):
@@ -96,7 +106,7 @@ async def test_columns_are_the_workers(backend):
     here = "".join(traceback.format_exception(exc, chain=False))  # not the text form
     remote = exc.__cause__.remote_traceback
     start = remote.index(f'  File "{tbfuncs.__file__}"')
-    block = remote[start:remote.index("KeyError: 'b'")]
+    block = remote[start : remote.index("KeyError: 'b'")]
     assert "^" in block  # the worker's text marks part of the line
     assert block in here
 
@@ -124,7 +134,8 @@ async def test_coroutine_job_without_asyncio_frames():
     entries = traceback.extract_tb(exc.__traceback__)
     assert [(fs.name, fs.lineno) for fs in entries[-2:]] == [
         ("async_outer", line_of("await async_inner()")),
-        ("async_inner", line_of("raised by a coroutine"))]
+        ("async_inner", line_of("raised by a coroutine")),
+    ]
     asyncio_dir = os.path.join(os.path.dirname(os.__file__), "asyncio")
     assert not [fs for fs in entries[1:-2] if fs.filename.startswith(asyncio_dir)]
 
@@ -141,9 +152,11 @@ async def test_cause_keeps_its_frames(backend):
     assert isinstance(text_form, asi.ExecutionFailed)
     cause = text_form.__cause__
     assert type(cause) is KeyError and cause.args == ("missing",)
-    assert worker_entries(cause) == [at("raise_from", "the cause starts here"),
-                                     at("outer", "outer calls inner"),
-                                     at("_inner", "inner lookup fails")]
+    assert worker_entries(cause) == [
+        at("raise_from", "the cause starts here"),
+        at("outer", "outer calls inner"),
+        at("_inner", "inner lookup fails"),
+    ]
 
 
 async def test_context_keeps_its_frames_and_suppression_holds(backend):
@@ -205,13 +218,16 @@ def test_executor_raises_with_worker_frames():
         future = executor.submit(tbfuncs.outer)
         with pytest.raises(KeyError) as info:
             future.result()
-    assert worker_entries(info.value) == [at("outer", "outer calls inner"),
-                                          at("_inner", "inner lookup fails")]
+    assert worker_entries(info.value) == [
+        at("outer", "outer calls inner"),
+        at("_inner", "inner lookup fails"),
+    ]
 
 
 def test_pytest_report_shows_worker_lines(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([ROOT, TESTS]))
-    pytester.makepyfile(test_inner="""
+    pytester.makepyfile(
+        test_inner="""
         import asyncio
 
         import aiosubinterp as asi
@@ -224,7 +240,8 @@ def test_pytest_report_shows_worker_lines(pytester, monkeypatch):
                     await pool.run(tbfuncs.outer)
 
             asyncio.run(main())
-    """)
+    """
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
@@ -260,18 +277,19 @@ def test_synthetic_frames_do_not_keep_the_callers_stack():
     assert set(chain[0].f_locals) <= {"release"}
 
 
-
-
-@pytest.mark.parametrize(("first", "positions"), [
-    (10, (14, 14, 4, 20)),   # a span in a line
-    (10, (14, 14, 8, 9)),    # one column: a name
-    (10, (14, 14, 8, 10)),   # two
-    (10, (14, 16, 12, 3)),   # over three lines
-    (10, (10, 10, 12, 30)),  # on the first line, right of where `def _(): (` ends
-    (1, (1, 1, 0, 5)),       # on the first line, left of it: no columns
-    (10, (14, 14, None, None)),
-    (10, None),
-])
+@pytest.mark.parametrize(
+    ("first", "positions"),
+    [
+        (10, (14, 14, 4, 20)),  # a span in a line
+        (10, (14, 14, 8, 9)),  # one column: a name
+        (10, (14, 14, 8, 10)),  # two
+        (10, (14, 16, 12, 3)),  # over three lines
+        (10, (10, 10, 12, 30)),  # on the first line, right of where `def _(): (` ends
+        (1, (1, 1, 0, 5)),  # on the first line, left of it: no columns
+        (10, (14, 14, None, None)),
+        (10, None),
+    ],
+)
 def test_synthetic_frame_sits_at_the_line_and_columns(first, positions):
     line = positions[0] if positions else 14
     made = _tracebacks._frame(("/no/such/file.py", line, "fn", "Cls.fn", first, positions))
@@ -279,23 +297,33 @@ def test_synthetic_frame_sits_at_the_line_and_columns(first, positions):
     frame, lasti, lineno = made
     code = frame.f_code
     assert (code.co_filename, code.co_name, code.co_qualname, code.co_firstlineno) == (
-        "/no/such/file.py", "fn", "Cls.fn", first)
+        "/no/such/file.py",
+        "fn",
+        "Cls.fn",
+        first,
+    )
     assert frame.f_lineno == lineno == line
     assert not frame.f_locals
-    exact = positions is not None and positions[2] is not None and positions[2] >= (
-        10 if line == first else 0)
+    exact = (
+        positions is not None
+        and positions[2] is not None
+        and positions[2] >= (10 if line == first else 0)
+    )
     if exact:
         assert list(code.co_positions())[lasti // 2] == positions
     else:
         assert lasti == -1  # traceback then shows the line without carets
 
 
-@pytest.mark.parametrize("frames", [
-    "not a tuple",
-    (("file.py", "seven", "fn", "fn", 1, None),),
-    (("file.py", 0, "fn", "fn", 1, None), ("file.py", 3)),
-    ((None, 3, "fn", "fn", 1, None),),
-])
+@pytest.mark.parametrize(
+    "frames",
+    [
+        "not a tuple",
+        (("file.py", "seven", "fn", "fn", 1, None),),
+        (("file.py", 0, "fn", "fn", 1, None), ("file.py", 3)),
+        ((None, 3, "fn", "fn", 1, None),),
+    ],
+)
 def test_bad_frame_data_is_left_out(frames):
     exc = ValueError("x")
     _tracebacks.attach(exc, (frames, None, None, None), exc, None, None)

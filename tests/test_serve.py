@@ -44,14 +44,35 @@ pytestmark = [
 class Server:
     """``python -m aiosubinterp serve APP ARGS`` in a child process, its output collected."""
 
-    def __init__(self, tmp_path, *args: str, app: str = "servefuncs:app",
-                 env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
-        cmd = [sys.executable, "-m", "aiosubinterp", "serve", app, "--app-dir", TESTS,
-               "--port", "0", *args]
+    def __init__(
+        self,
+        tmp_path,
+        *args: str,
+        app: str = "servefuncs:app",
+        env: dict[str, str] | None = None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "aiosubinterp",
+            "serve",
+            app,
+            "--app-dir",
+            TESTS,
+            "--port",
+            "0",
+            *args,
+        ]
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path),
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=str(tmp_path),
             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT, **(env or {})},
-            pass_fds=pass_fds)
+            pass_fds=pass_fds,
+        )
         self.lines: list[str] = []
         self.changed = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -82,12 +103,15 @@ class Server:
                 if len(found) >= count:
                     return found[:count]
                 if self.lines and self.lines[-1] == "":
-                    pytest.fail(f"the server exited ({self.proc.wait()}) before printing "
-                                f"{pattern!r} x{count}:\n{''.join(self.lines)}")
+                    pytest.fail(
+                        f"the server exited ({self.proc.wait()}) before printing "
+                        f"{pattern!r} x{count}:\n{''.join(self.lines)}"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    pytest.fail(f"no {pattern!r} x{count} within {DEADLINE} s:\n"
-                                f"{''.join(self.lines)}")
+                    pytest.fail(
+                        f"no {pattern!r} x{count} within {DEADLINE} s:\n{''.join(self.lines)}"
+                    )
                 self.changed.wait(left)
 
     def start(self) -> Server:
@@ -139,8 +163,13 @@ class Client:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, method: str, target: str, body: bytes = b"",
-             headers: list[tuple[str, str]] | None = None) -> None:
+    def send(
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
         headers = [("host", "localhost"), *(headers or [])]
         if body:
             headers.append(("content-length", str(len(body))))
@@ -168,8 +197,13 @@ class Client:
             else:
                 raise AssertionError(f"unexpected {event!r}")
 
-    def request(self, method: str, target: str, body: bytes = b"",
-                headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], bytes]:
+    def request(
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
         self.send(method, target, body, headers)
         return self.response()
 
@@ -262,9 +296,11 @@ def test_keep_alive_and_pipelining(server):
     # Two requests sent at once (pipelined) are answered in order.
     client = Client(server.port)
     try:
-        answer = client.raw(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
-                            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n"
-                            b"connection: close\r\n\r\nsecond")
+        answer = client.raw(
+            b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n"
+            b"connection: close\r\n\r\nsecond"
+        )
     finally:
         client.close()
     assert answer.startswith(b"HTTP/1.1 200 ") and answer.count(b"HTTP/1.1 200 ") == 2
@@ -291,8 +327,9 @@ def test_a_client_that_half_closes_still_gets_its_response(server, tmp_path):
     release = tmp_path / "release"
     client = Client(server.port)
     try:
-        client.sock.sendall(b"GET /slow?path=%s HTTP/1.1\r\nhost: x\r\n\r\n"
-                            % str(release).encode())
+        client.sock.sendall(
+            b"GET /slow?path=%s HTTP/1.1\r\nhost: x\r\n\r\n" % str(release).encode()
+        )
         client.sock.shutdown(socket.SHUT_WR)  # EOF while the request runs
         deadline = time.monotonic() + DEADLINE
         while not (tmp_path / "release.started").exists():
@@ -332,12 +369,16 @@ def test_an_application_error_is_a_500_and_logged(server):
     assert get(server.url + "/missing") == (404, b"not found")
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [
-    (b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
-    (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", 431),
-    (b"NOT HTTP AT ALL\r\n\r\n", 400),
-    (b"GET / HTTP/1.1\r\nbad header line\r\n\r\n", 400),
-], ids=["huge-header", "huge-request-line", "garbage", "bad-header"])
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n", 431),
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nbad header line\r\n\r\n", 400),
+    ],
+    ids=["huge-header", "huge-request-line", "garbage", "bad-header"],
+)
 def test_bad_requests_get_4xx_and_close(server, request_bytes, status):
     client = Client(server.port)
     try:
@@ -354,6 +395,7 @@ async def test_concurrent_clients(server):
     import aiohttp
 
     async with aiohttp.ClientSession(server.url) as session:
+
         async def one(i):
             async with session.get("/echo", data=b"%d" % i) as r:
                 return r.status, await r.read()
@@ -386,8 +428,14 @@ def test_starlette(tmp_path):
 def test_a_signal_finishes_the_requests_in_flight_and_exits_0(tmp_path, sig):
     markers = tmp_path / "markers"
     markers.mkdir()
-    with serving(tmp_path, "--workers", "2", "--timeout-graceful-shutdown", "60",
-                 env={"SERVE_TEST_SHUTDOWN_DIR": str(markers)}) as srv:
+    with serving(
+        tmp_path,
+        "--workers",
+        "2",
+        "--timeout-graceful-shutdown",
+        "60",
+        env={"SERVE_TEST_SHUTDOWN_DIR": str(markers)},
+    ) as srv:
         seen = interpreters_answering(srv.url)
         release = tmp_path / "release"
         client = Client(srv.port)
@@ -455,8 +503,18 @@ def test_a_second_signal_cancels_the_requests_in_flight(tmp_path):
 
 
 def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
-    with serving(tmp_path, "--workers", "1", "--limit-concurrency", "1",
-                 "--timeout-keep-alive", "0.5", "--no-access-log", "--root-path", "/api") as srv:
+    with serving(
+        tmp_path,
+        "--workers",
+        "1",
+        "--limit-concurrency",
+        "1",
+        "--timeout-keep-alive",
+        "0.5",
+        "--no-access-log",
+        "--root-path",
+        "/api",
+    ) as srv:
         release = tmp_path / "release"
         slow = Client(srv.port)
         try:
@@ -489,8 +547,9 @@ def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = Server(tmp_path, "--workers", "1", "--fd", str(sock.fileno()),
-                        pass_fds=(sock.fileno(),))
+        server = Server(
+            tmp_path, "--workers", "1", "--fd", str(sock.fileno()), pass_fds=(sock.fileno(),)
+        )
     try:
         server.start()
         assert server.port == port
@@ -562,8 +621,13 @@ def test_a_hung_interpreter_is_replaced(tmp_path):
 
 def test_a_replacement_that_cannot_start_ends_the_server(tmp_path):
     flag = tmp_path / "flag"
-    with serving(tmp_path, "--workers", "2", app="servefuncs:fails_once_flagged",
-                 env={"SERVE_TEST_FAIL_FLAG": str(flag)}) as srv:
+    with serving(
+        tmp_path,
+        "--workers",
+        "2",
+        app="servefuncs:fails_once_flagged",
+        env={"SERVE_TEST_FAIL_FLAG": str(flag)},
+    ) as srv:
         assert get(srv.url + "/")[0] == 200
         flag.write_text("fail from now on")
         assert get(srv.url + "/exit")[0] == 500  # its interpreter is replaced...
@@ -575,17 +639,28 @@ def test_a_replacement_that_cannot_start_ends_the_server(tmp_path):
 # -- bad input ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("app", "code", "message"), [
-    ("no_such_module:app", 1, r"Could not import module 'no_such_module'"),
-    ("servefuncs:nothing", 1, r"Attribute 'nothing' not found in module 'servefuncs'"),
-    ("servefuncs:not_callable", 1, r"not_callable is not callable \(int\): not an ASGI app"),
-    ("servefuncs:failing_startup", 3, r"lifespan startup failed: no database here"),
-    ("servefuncs_broken:app", 1, r"Error loading the application"),
-], ids=["module", "attribute", "not-callable", "startup-failed", "import-raises"])
+@pytest.mark.parametrize(
+    ("app", "code", "message"),
+    [
+        ("no_such_module:app", 1, r"Could not import module 'no_such_module'"),
+        ("servefuncs:nothing", 1, r"Attribute 'nothing' not found in module 'servefuncs'"),
+        ("servefuncs:not_callable", 1, r"not_callable is not callable \(int\): not an ASGI app"),
+        ("servefuncs:failing_startup", 3, r"lifespan startup failed: no database here"),
+        ("servefuncs_broken:app", 1, r"Error loading the application"),
+    ],
+    ids=["module", "attribute", "not-callable", "startup-failed", "import-raises"],
+)
 def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, message):
     (tmp_path / "servefuncs_broken.py").write_text("raise ImportError('broken on purpose')\n")
-    server = Server(tmp_path, "--workers", "2", "--app-dir", str(tmp_path), app=app,
-                    env={"PYTHONPATH": os.pathsep.join([ROOT, TESTS])})
+    server = Server(
+        tmp_path,
+        "--workers",
+        "2",
+        "--app-dir",
+        str(tmp_path),
+        app=app,
+        env={"PYTHONPATH": os.pathsep.join([ROOT, TESTS])},
+    )
     try:
         assert server.exit_code() == code, server.output
     finally:
@@ -595,17 +670,24 @@ def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, me
         assert "ImportError: broken on purpose" in server.output
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["servefuncs"], "expected 'module:attribute'"),
-    (["servefuncs:app", "--workers", "0"], "--workers must be positive"),
-    (["servefuncs:app", "--timeout-keep-alive", "-1"], "--timeout-keep-alive must be positive"),
-    (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
-    (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["servefuncs"], "expected 'module:attribute'"),
+        (["servefuncs:app", "--workers", "0"], "--workers must be positive"),
+        (["servefuncs:app", "--timeout-keep-alive", "-1"], "--timeout-keep-alive must be positive"),
+        (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
+        (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(args, message):
-    proc = subprocess.run([sys.executable, "-m", "aiosubinterp", "serve", *args],
-                          capture_output=True, text=True, timeout=DEADLINE,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiosubinterp", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 2, proc.stderr
     assert re.search(message, proc.stderr), proc.stderr
 
@@ -640,10 +722,15 @@ def test_the_function_serves_a_unix_socket(tmp_path):
         "        print(f'{record.name} interp={where} {record.getMessage()}', flush=True)\n"
         "logging.basicConfig(level=logging.INFO, handlers=[Show()])\n"
         f"sys.exit(aiosubinterp.serve('servefuncs:app', workers=1, uds={str(path)!r}, "
-        f"app_dir={TESTS!r}))\n")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT})
+        f"app_dir={TESTS!r}))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": ROOT},
+    )
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -668,6 +755,7 @@ def test_the_function_serves_a_unix_socket(tmp_path):
     assert proc.returncode == 0, out
     assert f"unix socket {path}" in line
     assert line.startswith("aiosubinterp.serve interp=main Serving servefuncs:app")
-    assert re.search(r'aiosubinterp\.serve\.access interp=[1-9]\d* - - "GET / HTTP/1\.1" 200',
-                     out), out
+    assert re.search(
+        r'aiosubinterp\.serve\.access interp=[1-9]\d* - - "GET / HTTP/1\.1" 200', out
+    ), out
     assert not path.exists()  # removed at exit

@@ -41,7 +41,7 @@ def test_every_thread_state_switch_has_a_gil_comment():
         for i, line in enumerate(lines):
             if not SWITCHES.search(line):
                 continue
-            context = "\n".join(lines[max(0, i - 3): i + 1])
+            context = "\n".join(lines[max(0, i - 3) : i + 1])
             if "# GIL:" not in context:
                 missing.append(f"{path.name}:{i + 1}: {line.strip()}")
     assert not missing, "thread-state switches without a `# GIL:` comment:\n" + "\n".join(missing)
@@ -72,9 +72,11 @@ def test_the_built_module_bounds_cythons_module_state_lookup():
     import ast
 
     tree = ast.parse((EXT.parent / "setup.py").read_text())
-    fixes = next(ast.literal_eval(node.value) for node in tree.body
-                 if isinstance(node, ast.Assign)
-                 and getattr(node.targets[0], "id", None) == "_LOOKUP_FIXES")
+    fixes = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_LOOKUP_FIXES"
+    )
     assert len(fixes) == 2
     generated = EXT / "_core.c"
     assert generated.exists(), "ext/_core.c is made by the build (make venv); build first"
@@ -114,16 +116,20 @@ def test_no_import_cycle_between_the_package_modules():
     # they run after both modules exist.
     package = EXT.parent / "src" / "aiosubinterp"
     # Subpackages too (aiosubinterp.demo.zoo); a package is named by its __init__.py.
-    modules = {".".join(("aiosubinterp", *p.relative_to(package).with_suffix("").parts))
-               .removesuffix(".__init__"): p for p in package.rglob("*.py")
-               if p.relative_to(package).parts != ("__init__.py",)}
+    modules = {
+        ".".join(("aiosubinterp", *p.relative_to(package).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): p
+        for p in package.rglob("*.py")
+        if p.relative_to(package).parts != ("__init__.py",)
+    }
     assert "aiosubinterp.demo.zoo" in modules and "aiosubinterp.demo" in modules
     graph = {name: _package_imports(path) & modules.keys() for name, path in modules.items()}
     done: set[str] = set()
 
     def walk(name: str, stack: list[str]) -> list[str] | None:
         if name in stack:
-            return [*stack[stack.index(name):], name]
+            return [*stack[stack.index(name) :], name]
         if name in done:
             return None
         for dep in sorted(graph[name]):
@@ -142,21 +148,37 @@ def test_no_import_cycle_between_the_package_modules():
 # documents kept outside the repository) and issue numbers of a tracker that
 # is not public: a source file states the facts themselves instead.
 UNREADABLE_REFERENCE = re.compile(
-    r"/work/|\.\./shared|\b(?:research|reviews)/[\w.-]+\.md|DESIGN\.md|\b[Ii]ssue #?\d+\b")
+    r"/work/|\.\./shared|\b(?:research|reviews)/[\w.-]+\.md|DESIGN\.md|\b[Ii]ssue #?\d+\b"
+)
 # Kept as they are: the changelog and the benchmark log record history.
-HISTORY = {"CHANGELOG.md", "benchmarks/README.md", "docs/benchmarks.md",
-           "tests/test_sourcecode.py"}  # and this file, which spells the patterns out
+HISTORY = {
+    "CHANGELOG.md",
+    "benchmarks/README.md",
+    "docs/benchmarks.md",
+    "tests/test_sourcecode.py",
+}  # and this file, which spells the patterns out
 
 
 # Folders of the tree that are not the project's sources (see .gitignore).
-NOT_SOURCES = {"build", "dist", "site", "out", "venv", "__pycache__", "aiosubinterp-demo",
-               "aiosubinterp-bench"}
+NOT_SOURCES = {
+    "build",
+    "dist",
+    "site",
+    "out",
+    "venv",
+    "__pycache__",
+    "aiosubinterp-demo",
+    "aiosubinterp-bench",
+}
 
 
 def _project_files(root: pathlib.Path):
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d in NOT_SOURCES
-                                                 or d.endswith(".egg-info")))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not (d.startswith(".") or d in NOT_SOURCES or d.endswith(".egg-info"))
+        )
         for name in sorted(files):
             yield pathlib.Path(folder, name)
 
@@ -210,8 +232,11 @@ def test_the_executor_reads_no_private_attribute_of_another_object():
     path = EXT.parent / "src" / "aiosubinterp" / "_engine" / "executor.py"
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-                and not node.attr.startswith("__")):
+        if not (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             continue
         if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             continue
@@ -220,4 +245,5 @@ def test_the_executor_reads_no_private_attribute_of_another_object():
     assert not found, (
         "executor.py reads private attributes of other objects; give the object a public "
         "name for what the executor needs (a property or method of _ExecutorEngine, the "
-        "executor's Future or _Completions) and use that:\n" + "\n".join(found))
+        "executor's Future or _Completions) and use that:\n" + "\n".join(found)
+    )

@@ -34,19 +34,80 @@ TESTS = pathlib.Path(__file__).resolve().parent
 WORKERS = 3
 
 GROUPS = {
-    "text": ["email", "csv", "json", "re", "string", "textwrap", "difflib", "pprint",
-             "unicodedata", "html.parser", "tomllib", "logging"],
-    "data": ["zlib", "gzip", "bz2", "lzma", "array", "struct", "base64", "binascii", "pickle",
-             "copy", "io", "mmap"],
-    "numbers": ["math", "cmath", "decimal", "fractions", "statistics", "random", "secrets",
-                "hashlib", "hmac", "uuid"],
-    "language": ["typing", "dataclasses", "enum", "functools", "itertools", "operator",
-                 "collections", "heapq", "bisect", "weakref", "contextvars"],
+    "text": [
+        "email",
+        "csv",
+        "json",
+        "re",
+        "string",
+        "textwrap",
+        "difflib",
+        "pprint",
+        "unicodedata",
+        "html.parser",
+        "tomllib",
+        "logging",
+    ],
+    "data": [
+        "zlib",
+        "gzip",
+        "bz2",
+        "lzma",
+        "array",
+        "struct",
+        "base64",
+        "binascii",
+        "pickle",
+        "copy",
+        "io",
+        "mmap",
+    ],
+    "numbers": [
+        "math",
+        "cmath",
+        "decimal",
+        "fractions",
+        "statistics",
+        "random",
+        "secrets",
+        "hashlib",
+        "hmac",
+        "uuid",
+    ],
+    "language": [
+        "typing",
+        "dataclasses",
+        "enum",
+        "functools",
+        "itertools",
+        "operator",
+        "collections",
+        "heapq",
+        "bisect",
+        "weakref",
+        "contextvars",
+    ],
     "dates": ["datetime", "zoneinfo", "sqlite3"],
-    "net": ["socket", "select", "ssl", "http.client", "urllib.parse", "urllib.request",
-            "xml.etree.ElementTree"],
-    "system": ["threading", "queue", "concurrent.futures", "multiprocessing", "subprocess",
-               "pathlib", "tempfile", "shutil", "asyncio"],
+    "net": [
+        "socket",
+        "select",
+        "ssl",
+        "http.client",
+        "urllib.parse",
+        "urllib.request",
+        "xml.etree.ElementTree",
+    ],
+    "system": [
+        "threading",
+        "queue",
+        "concurrent.futures",
+        "multiprocessing",
+        "subprocess",
+        "pathlib",
+        "tempfile",
+        "shutil",
+        "asyncio",
+    ],
     "refused": ["ctypes", "readline", "curses", "cProfile", "tracemalloc", "faulthandler"],
 }
 
@@ -81,9 +142,12 @@ def refused_here(name: str) -> str | None:
 # interpreter: module -> (affected versions, what goes wrong). The matrix
 # asserts the difference, so a fixed CPython shows up as a failure here.
 WRONG: dict[str, tuple[tuple[int, int, int], tuple[int, int, int], str]] = {
-    "enum": ((3, 12, 0), (3, 12, 5),
-             "str() and format() of IntEnum/IntFlag members give their repr in a "
-             "subinterpreter (CPython gh-117482, fixed in 3.12.5)"),
+    "enum": (
+        (3, 12, 0),
+        (3, 12, 5),
+        "str() and format() of IntEnum/IntFlag members give their repr in a "
+        "subinterpreter (CPython gh-117482, fixed in 3.12.5)",
+    ),
 }
 
 
@@ -140,15 +204,21 @@ def run_child(tmp_path: pathlib.Path, names: list[str]) -> subprocess.CompletedP
     script.write_text(textwrap.dedent(CHILD.format(workers=WORKERS)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS)])
-    return subprocess.run([sys.executable, str(script), *names], capture_output=True, text=True,
-                          timeout=110, cwd=str(tmp_path), env=env)
+    return subprocess.run(
+        [sys.executable, str(script), *names],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=str(tmp_path),
+        env=env,
+    )
 
 
 def reports(proc: subprocess.CompletedProcess) -> dict[str, dict]:
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("result "):
-            report = json.loads(line[len("result "):])
+            report = json.loads(line[len("result ") :])
             found[report["name"]] = report
     return found
 
@@ -185,8 +255,11 @@ def test_stdlib_modules_in_several_workers(tmp_path, group):
         culprits = pinpoint(tmp_path, names)
         pytest.fail(
             f"the child importing {names} in {WORKERS} workers failed: {describe_failure(proc)}\n"
-            + ("modules that fail alone:\n" + "\n".join(culprits) if culprits else
-               "each module passes alone: it is a combination of them")
+            + (
+                "modules that fail alone:\n" + "\n".join(culprits)
+                if culprits
+                else "each module passes alone: it is a combination of them"
+            )
         )
     assert sorted(found) == sorted(names)
     blocked = set(_quirks.blocked_modules())
@@ -216,8 +289,12 @@ def test_stdlib_modules_in_several_workers(tmp_path, group):
             verdicts["shimmed"].append(f"{name} (without {', '.join(shimmed)})")
         else:
             verdicts["green"].append(name)
-    print(f"\nPython {sys.version.split()[0]}, {group}: " + "; ".join(
-        f"{verdict}: {', '.join(items)}" for verdict, items in verdicts.items() if items))
+    print(
+        f"\nPython {sys.version.split()[0]}, {group}: "
+        + "; ".join(
+            f"{verdict}: {', '.join(items)}" for verdict, items in verdicts.items() if items
+        )
+    )
 
 
 def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
@@ -226,7 +303,8 @@ def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
     # the first pool's interpreters are destroyed, the second pool's calls use
     # the dangling cache. aiosubinterp._quirks primes those caches from main.
     script = tmp_path / "kw_child.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import asyncio
         import aiosubinterp as asi, stdlibfuncs
 
@@ -241,10 +319,17 @@ def test_keyword_calls_of_c_functions_in_successive_pools(tmp_path):
             print("ok", flush=True)
 
         asyncio.run(main())
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=110, cwd=str(tmp_path), env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=str(tmp_path),
+        env=env,
+    )
     assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stderr[-3000:]}"
     assert proc.stdout == "ok\n"
 
@@ -254,8 +339,9 @@ def test_import_error_raised_while_handling_a_refusal_is_explained_by_it():
 
     try:  # what xml.etree.ElementTree.XMLParser does when pyexpat refuses to load
         try:
-            raise ImportError("module pyexpat does not support loading in subinterpreters",
-                              name="pyexpat")
+            raise ImportError(
+                "module pyexpat does not support loading in subinterpreters", name="pyexpat"
+            )
         except ImportError:
             raise ImportError("No module named expat")  # noqa: B904 - as ElementTree does
     except ImportError as exc:
@@ -267,10 +353,12 @@ def test_import_error_raised_while_handling_a_refusal_is_explained_by_it():
 
 
 @pytest.mark.xfail(
-    bool(sysconfig.get_config_var("Py_GIL_DISABLED")), strict=False,
+    bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    strict=False,
     reason="free-threaded 3.13.15t: _datetime in two interpreters exited 0 here (the GIL "
     "build of 3.13.15 still crashes); the shim is kept on 3.13t until that is confirmed "
-    "on more runs and patches (it only makes datetime pure Python)")
+    "on more runs and patches (it only makes datetime pure Python)",
+)
 def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
     # The shim keeps _datetime/_zoneinfo out of workers. It must stay as long
     # as CPython itself crashes when two interpreters import them (measured:
@@ -279,7 +367,8 @@ def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
     # uses the stdlib's private interpreter module alone, no aiosubinterp: a
     # CPython that fixes the crash makes it fail, so the shim can go.
     script = tmp_path / "datetime_canary.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         try:
             import _interpreters as interps
             run = interps.exec
@@ -292,15 +381,16 @@ def test_datetime_shim_applies_exactly_where_cpython_still_crashes(tmp_path):
         for i in ids:
             interps.destroy(i)
         print("clean", flush=True)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60)
+    """)
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     crashes = proc.returncode != 0
     shimmed = "_datetime" in _quirks.blocked_modules()
     assert crashes == shimmed, (
         f"CPython {sys.version.split()[0]}: two interpreters importing datetime "
         f"{'crash' if crashes else 'do not crash'} (exit {proc.returncode}), but the _datetime "
         f"shim is {'on' if shimmed else 'off'}: update _quirks's blocked modules and "
-        "docs/explanation/cpython-bugs.md")
+        "docs/explanation/cpython-bugs.md"
+    )
     if crashes:
         assert proc.returncode < 0, proc  # a signal (SIGSEGV/SIGABRT), not a Python error

@@ -25,8 +25,8 @@ def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
             members[node.name] = {
                 n.name if isinstance(n, ast.FunctionDef) else n.target.id  # type: ignore[union-attr]
                 for n in node.body
-                if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.AnnAssign)
-                                                      and isinstance(n.target, ast.Name))
+                if isinstance(n, ast.FunctionDef)
+                or (isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
             }
             # Dunders (buffer protocol, len, context manager) are typing aids:
             # compared on neither side.
@@ -45,4 +45,5 @@ def test_stub_classes_match():
     for cls, stub_members in members.items():
         real = {n for n in vars(getattr(_core, cls)) if not n.startswith("__")}
         assert stub_members == real, (
-            f"{cls}: missing in stub {real - stub_members}, extra {stub_members - real}")
+            f"{cls}: missing in stub {real - stub_members}, extra {stub_members - real}"
+        )

@@ -95,7 +95,8 @@ async def test_records_before_aclose_all_arrive_in_order(captured):
     finally:
         await pool.aclose()
     assert [r.getMessage() for r in captured] == (
-        [f"a {i}" for i in range(300)] + [f"b {i}" for i in range(300)])
+        [f"a {i}" for i in range(300)] + [f"b {i}" for i in range(300)]
+    )
 
 
 async def test_default_pool_forwards(captured):
@@ -139,7 +140,13 @@ async def test_full_buffer_drops_and_reports_once(captured, caplog):
         gate_send.close()
         gate_recv.close()
     assert [r.getMessage() for r in captured] == [
-        "first", "flood 0", "flood 1", "flood 2", "flood 3", "working on after"]
+        "first",
+        "flood 0",
+        "flood 1",
+        "flood 2",
+        "flood 3",
+        "working on after",
+    ]
     warnings = [r for r in caplog.records if r.name == "aiosubinterp"]
     assert len(warnings) == 1
     assert "dropped 16 log records" in warnings[0].getMessage()
@@ -151,8 +158,7 @@ async def test_replaced_workers_lose_nothing(captured):
     async with asi.InterpreterPool(1, max_tasks_per_interpreter=1) as pool:
         for tag in "abc":
             await pool.run(logfuncs.log_many, 50, tag)
-    assert [r.getMessage() for r in captured] == [
-        f"{tag} {i}" for tag in "abc" for i in range(50)]
+    assert [r.getMessage() for r in captured] == [f"{tag} {i}" for tag in "abc" for i in range(50)]
     assert len({r.interpreter_id for r in captured}) == 3
 
 

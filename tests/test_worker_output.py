@@ -108,7 +108,9 @@ def test_executor_forwards():
 def test_exit_with_an_unclosed_forwarding_pool(tmp_path):
     # The worker ends in the exit sweep with a partial line still buffered
     # and main's stdout redirected: the process exits, nothing hangs.
-    proc = childproc.run_child(tmp_path, """
+    proc = childproc.run_child(
+        tmp_path,
+        """
         import asyncio
         import io
         import sys
@@ -130,6 +132,7 @@ def test_exit_with_an_unclosed_forwarding_pool(tmp_path):
 
         pool = asyncio.run(main())
         sys.__stdout__.write("main done\\n")
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "main done" in proc.stdout

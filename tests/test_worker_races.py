@@ -21,17 +21,20 @@ import aiosubinterp as asi
 from aiosubinterp import _core
 from aiosubinterp._inside import worker as _worker
 
-needs_313 = pytest.mark.skipif(not _worker.coroutines_supported(),
-                               reason="coroutines in workers need CPython 3.13+ (3.12 aborts at "
-                                      "exit)")
+needs_313 = pytest.mark.skipif(
+    not _worker.coroutines_supported(),
+    reason="coroutines in workers need CPython 3.13+ (3.12 aborts at exit)",
+)
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 # A free-threaded build has no GIL for a worker to hold: an interruption is
 # injected at once (interrupt() returns True), so "the worker keeps its GIL,
 # the call gives up after its timeout" cannot be set up there.
 needs_a_gil_to_hold = pytest.mark.skipif(
-    FREE_THREADED, reason="free-threaded build: no GIL for the worker to hold, so the "
-    "interruption is delivered at once; this test's premise does not exist there")
+    FREE_THREADED,
+    reason="free-threaded build: no GIL for the worker to hold, so the "
+    "interruption is delivered at once; this test's premise does not exist there",
+)
 # On 3.13t CPython stops EVERY interpreter's threads for some operations in
 # main, e.g. importing an extension module (_imp_create_dynamic ->
 # _PyEval_EnableGILTransient -> _PyEval_StopTheWorldAll, seen with gdb on
@@ -42,8 +45,10 @@ needs_a_gil_to_hold = pytest.mark.skipif(
 # Creating an interpreter stops every thread too, so there a replacement
 # waits until the stuck call returns: the free-threaded variant below.
 stuck_in_c_blocks_imports = pytest.mark.skipif(
-    FREE_THREADED, reason="free-threaded builds: creating an interpreter stops every thread, "
-    "so the replacement waits for the C call to return (the free-threaded variant)")
+    FREE_THREADED,
+    reason="free-threaded builds: creating an interpreter stops every thread, "
+    "so the replacement waits for the C call to return (the free-threaded variant)",
+)
 
 
 async def holding(flag) -> None:
@@ -66,11 +71,14 @@ async def read_byte(fd: int) -> bytes:
 
 # -- 7: a worker that keeps its GIL in C ------------------------------------------
 
+
 def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
     # The exit sweep interrupts the task; the interruption cannot get the
     # worker's GIL (sum() in C never yields it). The sweep must not wait for
     # it: after its grace period (5 s) it reports and exits with 70.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio, os
         import aiosubinterp as asi
         import aiohelpers, racefuncs
@@ -92,7 +100,8 @@ def test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70(tmp_path):
             print("leaving main", flush=True)
 
         asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 70, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "cancelled\nleaving main\n" in proc.stdout
     assert "still running a task at exit" in proc.stderr
@@ -119,15 +128,19 @@ async def test_worker_stuck_in_c_holding_its_gil_is_replaced(pipe):
             flag[0] = 1  # the abandoned worker returns, and is destroyed at close
 
 
-@pytest.mark.skipif(not FREE_THREADED, reason="free-threaded builds only: with a GIL the "
-                    "replacement starts at once (the test above)")
+@pytest.mark.skipif(
+    not FREE_THREADED,
+    reason="free-threaded builds only: with a GIL the replacement starts at once (the test above)",
+)
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
 def test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns(tmp_path, loop_kind):
     # There creating an interpreter stops every thread of the process, and a
     # worker in C never stops: the replacement must wait for the call to
     # return, say why, and keep the event loop running meanwhile. In a child:
     # a regression would freeze the whole process, pytest's timeout included.
-    proc = run_child(tmp_path, f"""
+    proc = run_child(
+        tmp_path,
+        f"""
         import asyncio, os, time, warnings
         import aiosubinterp as asi
         import aiohelpers, racefuncs, workfuncs
@@ -166,7 +179,9 @@ def test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns(tmp_p
         else:
             asyncio.run(main())
         print("exited", flush=True)
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     out = proc.stdout
     assert proc.returncode == 0, (proc.returncode, out, proc.stderr[-3000:])
     assert "cancelled\n" in out
@@ -203,15 +218,18 @@ async def test_worker_interrupt_is_bounded_and_delivered_later(pipe):
 
 # -- 6: a cancellation claimed while the job became a coroutine -------------------
 
+
 @needs_313
 @needs_a_gil_to_hold
 @pytest.mark.parametrize("concurrency", [1, 2])
 async def test_interrupt_claimed_while_the_worker_loop_sleeps_cancels_the_coroutine(
-        pipe, concurrency):
+    pipe, concurrency
+):
     r, w = pipe
     flag = asi.SharedBuffer(2)
-    async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,
-                                   cancel_grace=60) as pool:
+    async with asi.InterpreterPool(
+        1, concurrency_per_interpreter=concurrency, cancel_grace=60
+    ) as pool:
         first_id = await pool.run(racefuncs.async_interp_id)  # the worker's loop exists
         task = pool.submit(racefuncs.hold_gil_then_sleep, flag, w)
         try:
@@ -240,8 +258,9 @@ async def test_timeout_on_the_first_coroutine_of_a_fresh_pool(pipe, concurrency)
     # and makes its loop. It must end the task at once, not after the grace
     # period with the worker replaced.
     _r, w = pipe
-    async with asi.InterpreterPool(1, concurrency_per_interpreter=concurrency,
-                                   cancel_grace=60) as pool:
+    async with asi.InterpreterPool(
+        1, concurrency_per_interpreter=concurrency, cancel_grace=60
+    ) as pool:
         first_id = await pool.run(workfuncs.interp_id)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(pool.run(racefuncs.async_sleep_marked, w), 0.005)
@@ -257,12 +276,15 @@ async def test_timeout_on_the_first_coroutine_of_a_fresh_pool(pipe, concurrency)
 
 # -- 1: Queue.submit racing the executor's shutdown --------------------------------
 
+
 def test_executor_submit_pickling_while_another_thread_shuts_down(tmp_path):
     # The argument's __reduce__ runs inside Queue.submit (the GIL is released
     # there) while another thread shuts the executor down, which closes and
     # frees its completion hub. Before the fix submit then used the freed hub
     # (a hang on its mutex, or a double free).
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import os, threading
         import aiosubinterp as asi
         import workfuncs
@@ -301,12 +323,14 @@ def test_executor_submit_pickling_while_another_thread_shuts_down(tmp_path):
         with asi.InterpreterPoolExecutor(1) as ex2:
             assert ex2.submit(workfuncs.square, 5).result() == 25
         print("ok", flush=True)
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "['cannot schedule new futures after shutdown']\nok\n" == proc.stdout
 
 
 # -- 3: completions dropped by a closed hub ----------------------------------------
+
 
 def test_result_dropped_by_a_closed_hub_releases_its_fd_and_share(pipe):
     r, w = pipe
@@ -335,6 +359,7 @@ def test_result_dropped_by_a_closed_hub_releases_its_fd_and_share(pipe):
 
 
 # -- 8: an exception escaping the job loop -----------------------------------------
+
 
 async def test_settings_a_worker_cannot_apply_fail_the_task_not_lose_it():
     async with asi.InterpreterPool(1) as pool:
@@ -370,12 +395,15 @@ async def test_settings_that_would_cross_by_reference_are_refused_at_submit():
 
 # -- 11: encode_share racing the owner's end ---------------------------------------
 
+
 def test_share_encoded_while_its_worker_leaves_its_job_loop(tmp_path):
     # A thread of a worker shares a buffer; the buffer's export (__buffer__)
     # releases the GIL and the worker thread leaves its job loop meanwhile,
     # freeing the interpreter's share owner. The share must then be refused
     # (the interpreter no longer owns shares), not recorded in the freed owner.
-    proc = run_child(tmp_path, """
+    proc = run_child(
+        tmp_path,
+        """
         import asyncio, os
         import aiosubinterp as asi
         import racefuncs
@@ -397,12 +425,14 @@ def test_share_encoded_while_its_worker_leaves_its_job_loop(tmp_path):
             print(os.read(r, 100).decode(), flush=True)
 
         asyncio.run(main())
-    """)
+    """,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert proc.stdout == "refused\n"
 
 
 # -- 12: setup blobs ---------------------------------------------------------------
+
 
 def test_setup_of_a_worker_never_started_releases_its_fd(tmp_path):
     fds_before = set(os.listdir("/proc/self/fd"))

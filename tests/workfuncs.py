@@ -209,8 +209,14 @@ def describe_only():
 def pickle_value(kind):
     import pickle
 
-    value = {"point": Point(1, 2), "list": [1, 2], "exc_type": ValueError,
-             "exc": ValueError("x"), "dict": {"a": 1}, "set": {1}}[kind]
+    value = {
+        "point": Point(1, 2),
+        "list": [1, 2],
+        "exc_type": ValueError,
+        "exc": ValueError("x"),
+        "dict": {"a": 1},
+        "set": {1},
+    }[kind]
     return len(pickle.dumps(value, protocol=5))
 
 

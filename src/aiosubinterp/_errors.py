@@ -80,8 +80,11 @@ class _ExcInfo:
     def __init__(self, type_: _RemoteType, msg: str, traceback_text: str) -> None:
         self.type = type_
         self.msg = msg
-        name = type_.__name__ if type_.__module__ == "builtins" else (
-            f"{type_.__module__}.{type_.__qualname__}")
+        name = (
+            type_.__name__
+            if type_.__module__ == "builtins"
+            else (f"{type_.__module__}.{type_.__qualname__}")
+        )
         self.formatted = f"{name}: {msg}" if msg else name
         self.errdisplay = traceback_text
 
@@ -135,7 +138,7 @@ class ExecutionFailed(InterpreterError, *_FAILED_BASES):  # type: ignore[misc]
         message = str(self.args[0]) if self.args else ""
         prefix = f"{self.type_name}: "
         if self.type_name and message.startswith(prefix):
-            message = message[len(prefix):]
+            message = message[len(prefix) :]
         elif message == self.type_name:
             message = ""
         return _ExcInfo(_RemoteType(module, qualname), message, self.remote_traceback)
@@ -216,8 +219,9 @@ def rebuild(info: tuple[Any, ...]) -> BaseException:
     result: BaseException
     if exc is None or not isinstance(exc, BaseException):
         result = wrapper
-    elif isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration,
-                          StopAsyncIteration)):
+    elif isinstance(
+        exc, (KeyboardInterrupt, SystemExit, GeneratorExit, StopIteration, StopAsyncIteration)
+    ):
         # These steer control flow (asyncio lets the first two escape its
         # loop): delivered as a plain failure, never re-raised as themselves.
         wrapper.args = (f"the task raised {type_name}({message}) in its interpreter",)

@@ -80,8 +80,14 @@ from aiosubinterp._errors import ForkWarning
 from aiosubinterp._inside import marshal as _marshal
 from aiosubinterp._inside import worker as _worker
 
-__all__ = ["INDEX", "blocked_modules", "import_pickle_early", "note_abandoned", "prime_arg_parsers",
-           "wait_until_no_worker_is_stuck"]
+__all__ = [
+    "INDEX",
+    "blocked_modules",
+    "import_pickle_early",
+    "note_abandoned",
+    "prime_arg_parsers",
+    "wait_until_no_worker_is_stuck",
+]
 
 
 # The index of every workaround: (what, the last CPython version it applies to
@@ -89,32 +95,74 @@ __all__ = ["INDEX", "blocked_modules", "import_pickle_early", "note_abandoned", 
 # test that proves it as "file::test"). A "last version" below the oldest
 # supported Python means the shim is dead: the test above fails.
 INDEX: tuple[tuple[str, str, str, str], ...] = (
-    ("C accelerators kept out of workers", "3.13", "_quirks.blocked_modules",
-     "tests/test_stdlib_matrix.py::test_datetime_shim_applies_exactly_where_cpython_still_crashes"),
-    ("_datetime imported in main with private copies", "3.13", "_quirks.blocked_modules",
-     "tests/test_private_copies.py::test_threads_importing_copies_at_once_leave_the_check_on"),
-    ("Argument Clinic keyword caches primed in main", "3.12", "_quirks.prime_arg_parsers",
-     "tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools"),
-    ("ForkWarning; a forked child's pools refuse work", "any", "_quirks (fork hooks)",
-     "tests/stress/test_stress_lifecycle.py::"
-     "test_fork_with_live_interpreters_warns_and_spares_the_parent"),
-    ("_pickle imported in main early on free-threaded builds", "3.13",
-     "_quirks.import_pickle_early",
-     "tests/test_worker_races.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70"),
-    ("a new interpreter waits while a worker is stuck in C (free-threaded)", "any",
-     "_quirks.wait_until_no_worker_is_stuck",
-     "tests/test_worker_races.py::"
-     "test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns"),
-    ("modules refused up front on 3.12", "3.12", "_inside/worker.py REFUSED_ON_312",
-     "tests/test_crash_paths.py::test_module_that_refuses_subinterpreters"),
-    ("coroutines refused in workers on 3.12", "3.12", "_inside/worker.py coroutine_refusal",
-     "tests/test_async_worker.py::test_coroutines_refused_on_312_with_a_clear_error"),
-    ("interpreters created one at a time on 3.12", "3.12", "ext/includes/compat.h",
-     "tests/test_backends.py::test_two_tasks_run_at_the_same_time"),
-    ("an interpreter ended through a fresh thread state", "any", "ext/interp.pxi",
-     "tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter"),
-    ("Cython's module state lookup bounded", "cython", "setup.py _LOOKUP_FIXES",
-     "tests/test_sourcecode.py::test_the_built_module_bounds_cythons_module_state_lookup"),
+    (
+        "C accelerators kept out of workers",
+        "3.13",
+        "_quirks.blocked_modules",
+        "tests/test_stdlib_matrix.py::test_datetime_shim_applies_exactly_where_cpython_still_crashes",
+    ),
+    (
+        "_datetime imported in main with private copies",
+        "3.13",
+        "_quirks.blocked_modules",
+        "tests/test_private_copies.py::test_threads_importing_copies_at_once_leave_the_check_on",
+    ),
+    (
+        "Argument Clinic keyword caches primed in main",
+        "3.12",
+        "_quirks.prime_arg_parsers",
+        "tests/test_stdlib_matrix.py::test_keyword_calls_of_c_functions_in_successive_pools",
+    ),
+    (
+        "ForkWarning; a forked child's pools refuse work",
+        "any",
+        "_quirks (fork hooks)",
+        "tests/stress/test_stress_lifecycle.py::"
+        "test_fork_with_live_interpreters_warns_and_spares_the_parent",
+    ),
+    (
+        "_pickle imported in main early on free-threaded builds",
+        "3.13",
+        "_quirks.import_pickle_early",
+        "tests/test_worker_races.py::test_exit_with_a_cancelled_task_stuck_in_c_ends_with_70",
+    ),
+    (
+        "a new interpreter waits while a worker is stuck in C (free-threaded)",
+        "any",
+        "_quirks.wait_until_no_worker_is_stuck",
+        "tests/test_worker_races.py::"
+        "test_free_threaded_worker_stuck_in_c_is_replaced_once_its_call_returns",
+    ),
+    (
+        "modules refused up front on 3.12",
+        "3.12",
+        "_inside/worker.py REFUSED_ON_312",
+        "tests/test_crash_paths.py::test_module_that_refuses_subinterpreters",
+    ),
+    (
+        "coroutines refused in workers on 3.12",
+        "3.12",
+        "_inside/worker.py coroutine_refusal",
+        "tests/test_async_worker.py::test_coroutines_refused_on_312_with_a_clear_error",
+    ),
+    (
+        "interpreters created one at a time on 3.12",
+        "3.12",
+        "ext/includes/compat.h",
+        "tests/test_backends.py::test_two_tasks_run_at_the_same_time",
+    ),
+    (
+        "an interpreter ended through a fresh thread state",
+        "any",
+        "ext/interp.pxi",
+        "tests/test_pool.py::test_what_a_task_keeps_in_module_state_is_freed_with_its_interpreter",
+    ),
+    (
+        "Cython's module state lookup bounded",
+        "cython",
+        "setup.py _LOOKUP_FIXES",
+        "tests/test_sourcecode.py::test_the_built_module_bounds_cythons_module_state_lookup",
+    ),
 )
 
 # CPython bugs that crash the process when a C accelerator is imported in two
@@ -161,13 +209,33 @@ def blocked_modules(private_copies: bool = False) -> tuple[str, ...]:
 # tuples in memory that lives as long as the process. Each call passes a
 # bogus keyword, so it fails right after the cache is filled, doing nothing.
 _PRIME_ARG_PARSERS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 4)
-_PRIME_SKIP = ("_test", "xx", "_xx", "_tkinter", "_ctypes_test", "readline", "_curses",
-               "audioop", "nis", "spwd", "ossaudiodev", "_crypt")
+_PRIME_SKIP = (
+    "_test",
+    "xx",
+    "_xx",
+    "_tkinter",
+    "_ctypes_test",
+    "readline",
+    "_curses",
+    "audioop",
+    "nis",
+    "spwd",
+    "ossaudiodev",
+    "_crypt",
+)
 # Objects whose methods take keywords on the stdlib's own paths (concurrent.futures,
 # gzip, bz2, lzma, selectors); methods can only be primed on an instance.
-_PRIME_INSTANCES = (("_queue", "SimpleQueue"), ("zlib", "compressobj"), ("zlib", "decompressobj"),
-                    ("_bz2", "BZ2Decompressor"), ("_lzma", "LZMADecompressor"), ("select", "poll"),
-                    ("select", "epoll"), ("_random", "Random"), ("_struct", "Struct"))
+_PRIME_INSTANCES = (
+    ("_queue", "SimpleQueue"),
+    ("zlib", "compressobj"),
+    ("zlib", "decompressobj"),
+    ("_bz2", "BZ2Decompressor"),
+    ("_lzma", "LZMADecompressor"),
+    ("select", "poll"),
+    ("select", "epoll"),
+    ("_random", "Random"),
+    ("_struct", "Struct"),
+)
 _primed = False
 _prime_lock = threading.Lock()
 
@@ -185,8 +253,13 @@ def prime_arg_parsers() -> None:
         spec = importlib.util.find_spec("_json")
         folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
         suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-        names = sorted({f.split(".", 1)[0] for f in (os.listdir(folder) if folder else ())
-                        if f.endswith(suffixes)})
+        names = sorted(
+            {
+                f.split(".", 1)[0]
+                for f in (os.listdir(folder) if folder else ())
+                if f.endswith(suffixes)
+            }
+        )
         skip = set(blocked_modules()) | _worker.REFUSED_ON_312
         for name in names:
             if name.startswith(_PRIME_SKIP) or name in skip:
@@ -196,13 +269,15 @@ def prime_arg_parsers() -> None:
             except Exception:  # noqa: BLE001 - missing library: workers cannot use it either
                 continue
             for obj in list(vars(module).values()):
-                if callable(obj) and (isinstance(obj, type) or type(obj).__name__ ==
-                                      "builtin_function_or_method"):
+                if callable(obj) and (
+                    isinstance(obj, type) or type(obj).__name__ == "builtin_function_or_method"
+                ):
                     _prime_call(obj)
         for name, factory in _PRIME_INSTANCES:
             try:
                 obj = getattr(importlib.import_module(name), factory)(
-                    *(("i",) if factory == "Struct" else ()))
+                    *(("i",) if factory == "Struct" else ())
+                )
             except Exception:  # noqa: BLE001
                 continue
             for attr in dir(type(obj)):
@@ -254,8 +329,9 @@ def _stuck_in_c(probe: float) -> list[_core.Worker]:
     return [w for w in candidates if w.stuck_in_c(probe)]
 
 
-def wait_until_no_worker_is_stuck(give_up: Callable[[], bool], probe: float = 0.05,
-                                  poll: float = 0.01) -> bool:
+def wait_until_no_worker_is_stuck(
+    give_up: Callable[[], bool], probe: float = 0.05, poll: float = 0.01
+) -> bool:
     """On a free-threaded build, wait before creating an interpreter until no
     abandoned worker sits in C. False if ``give_up()`` turned true meanwhile
     (then create nothing); True at once with a GIL.
@@ -284,7 +360,10 @@ def wait_until_no_worker_is_stuck(give_up: Callable[[], bool], probe: float = 0.
                 "returns (creating one stops every thread of the process), so the new worker "
                 "waits for it and the pool has one worker fewer meanwhile. Make long C calls "
                 "return in shorter steps, or run them in a ProcessPool, whose workers can be "
-                "killed.", RuntimeWarning, stacklevel=2)
+                "killed.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         time.sleep(poll)
     return True
 
@@ -316,16 +395,18 @@ def _before_fork() -> None:
     if others <= 0:
         return
     _fork_warned = True
-    warnings.warn(ForkWarning(
-        f"fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this process "
-        "(os.fork(), multiprocessing's 'fork' start method, uvloop spawning a subprocess): "
-        "CPython cannot fork next to subinterpreters and the child will most likely die in "
-        "CPython's after-fork code (a CPython limit, not a bug of your code). Use the 'spawn' "
-        "or 'forkserver' start method (multiprocessing.get_context('spawn')), "
-        "aiosubinterp.ProcessPool, asyncio's own loop for subprocesses, or close your pools "
-        "before forking. This process and its pools are not affected."), stacklevel=2)
+    warnings.warn(
+        ForkWarning(
+            f"fork() with {others} live subinterpreter{'s' if others != 1 else ''} in this process "
+            "(os.fork(), multiprocessing's 'fork' start method, uvloop spawning a subprocess): "
+            "CPython cannot fork next to subinterpreters and the child will most likely die in "
+            "CPython's after-fork code (a CPython limit, not a bug of your code). Use the 'spawn' "
+            "or 'forkserver' start method (multiprocessing.get_context('spawn')), "
+            "aiosubinterp.ProcessPool, asyncio's own loop for subprocesses, or close your pools "
+            "before forking. This process and its pools are not affected."
+        ),
+        stacklevel=2,
+    )
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-

@@ -50,8 +50,9 @@ def optional_seconds(value: object, name: str = "timeout") -> float | None:
     """As seconds(), where None is allowed: None (no limit) for None, inf or anything huge."""
     if value is None:
         return None
-    limit = _checked(value, name, "None or a non-negative number of seconds (None or math.inf "
-                     "for no limit)")
+    limit = _checked(
+        value, name, "None or a non-negative number of seconds (None or math.inf for no limit)"
+    )
     return None if limit >= TIMEOUT_MAX else float(limit)
 
 

@@ -50,8 +50,9 @@ def _ours(filename: str) -> bool:
         return True
     # Cython frames of aiosubinterp._core carry the fragment's path as written
     # in the build ("ext/worker.pxi").
-    return (filename.endswith((".pxi", ".pyx"))
-            and os.path.basename(os.path.dirname(filename)) == "ext")
+    return (
+        filename.endswith((".pxi", ".pyx")) and os.path.basename(os.path.dirname(filename)) == "ext"
+    )
 
 
 # -- where the exception was raised ---------------------------------------------------
@@ -82,8 +83,12 @@ def format_text(exc: BaseException) -> str:
         seen.add(id(item))
         stack = list(item.stack)
         item.stack = traceback.StackSummary.from_list(
-            [fs for fs, keep in zip(stack, _kept([fs.filename for fs in stack]), strict=True)
-             if keep])
+            [
+                fs
+                for fs, keep in zip(stack, _kept([fs.filename for fs in stack]), strict=True)
+                if keep
+            ]
+        )
         todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
         todo.extend(item.exceptions or ())
     return "".join(te.format())
@@ -109,10 +114,18 @@ def _frames(tb: "TracebackType | None") -> tuple[tuple[object, ...], ...]:
                         break
             except Exception:  # noqa: BLE001 - a code object without positions
                 positions = None
-        out.append((code.co_filename, tb.tb_lineno, code.co_name,
-                    getattr(code, "co_qualname", code.co_name), code.co_firstlineno, positions))
+        out.append(
+            (
+                code.co_filename,
+                tb.tb_lineno,
+                code.co_name,
+                getattr(code, "co_qualname", code.co_name),
+                code.co_firstlineno,
+                positions,
+            )
+        )
     if len(out) > MAX_FRAMES:
-        out[30:len(out) - (MAX_FRAMES - 30)] = []
+        out[30 : len(out) - (MAX_FRAMES - 30)] = []
     return tuple(out)
 
 
@@ -134,8 +147,9 @@ def capture(exc: BaseException, describe: "Any", dumps: "Any") -> tuple[object, 
     return _detail(exc, describe, dumps, {id(exc)}, budget)
 
 
-def _detail(exc: BaseException, describe: "Any", dumps: "Any", seen: set[int],
-            budget: list[int]) -> tuple[object, ...]:
+def _detail(
+    exc: BaseException, describe: "Any", dumps: "Any", seen: set[int], budget: list[int]
+) -> tuple[object, ...]:
     cause = context = members = None
     if exc.__cause__ is not None:
         cause = _chained(exc.__cause__, describe, dumps, seen, budget)
@@ -155,8 +169,9 @@ def _detail(exc: BaseException, describe: "Any", dumps: "Any", seen: set[int],
     return (_frames(exc.__traceback__), cause, context, members)
 
 
-def _chained(exc: BaseException, describe: "Any", dumps: "Any", seen: set[int],
-             budget: list[int]) -> tuple[object, ...] | None:
+def _chained(
+    exc: BaseException, describe: "Any", dumps: "Any", seen: set[int], budget: list[int]
+) -> tuple[object, ...] | None:
     if budget[0] <= 0 or id(exc) in seen:
         return None
     budget[0] -= 1
@@ -182,8 +197,7 @@ def _stop() -> None:
 
 # The globals of every synthetic frame: nothing but what ends it. An empty
 # __builtins__ makes any other name a NameError (the short-span form in _source).
-_GLOBALS: dict[str, object] = {"__builtins__": {}, "__name__": "aiosubinterp.remote",
-                               "Z": _stop}
+_GLOBALS: dict[str, object] = {"__builtins__": {}, "__name__": "aiosubinterp.remote", "Z": _stop}
 _cache: dict[tuple[object, ...], tuple["FrameType", int, int]] = {}
 
 
@@ -197,8 +211,15 @@ def _source(body_line: int, positions: object) -> tuple[str, bool]:
     line = end_line = col = end_col = None
     if isinstance(positions, tuple) and len(positions) == 4:
         line, end_line, col, end_col = positions
-    if (isinstance(col, int) and isinstance(end_col, int) and isinstance(end_line, int)
-            and isinstance(line, int) and col >= 0 and end_col >= 1 and end_line >= line):
+    if (
+        isinstance(col, int)
+        and isinstance(end_col, int)
+        and isinstance(end_line, int)
+        and isinstance(line, int)
+        and col >= 0
+        and end_col >= 1
+        and end_line >= line
+    ):
         rows = end_line - line
         start = col if body_line > 1 else col - len(prefix)
         if start >= 0 and (rows or end_col > col):
@@ -259,8 +280,13 @@ def _run(functions: list[object]) -> list[object]:
 def _function(entry: tuple[object, ...]) -> tuple["Any", bool] | None:
     """(synthetic function, exact columns) standing for one remote frame, or None."""
     filename, lineno, name, qualname, firstlineno, positions = entry
-    if not (isinstance(filename, str) and isinstance(name, str) and isinstance(lineno, int)
-            and isinstance(firstlineno, int) and lineno > 0):
+    if not (
+        isinstance(filename, str)
+        and isinstance(name, str)
+        and isinstance(lineno, int)
+        and isinstance(firstlineno, int)
+        and lineno > 0
+    ):
         return None
     if not isinstance(qualname, str):
         qualname = name
@@ -310,8 +336,7 @@ def _traceback(frames: object) -> "TracebackType | None":
 
     if not isinstance(frames, tuple):
         return None
-    entries: list[tuple[object, ...]] = [e for e in frames
-                                         if isinstance(e, tuple) and len(e) == 6]
+    entries: list[tuple[object, ...]] = [e for e in frames if isinstance(e, tuple) and len(e) == 6]
     tb = None
     for made in reversed(_frames_for(entries)):
         if made is not None:
@@ -320,8 +345,9 @@ def _traceback(frames: object) -> "TracebackType | None":
     return tb
 
 
-def attach(exc: BaseException, detail: object, chain_on: BaseException, loads: "Any",
-           fallback: "Any") -> None:
+def attach(
+    exc: BaseException, detail: object, chain_on: BaseException, loads: "Any", fallback: "Any"
+) -> None:
     """Give exc the remote frames of detail (see capture), and chain_on its remote chain.
 
     chain_on is exc itself, or the ExecutionFailed that exc's ``__cause__``
@@ -344,8 +370,12 @@ def attach(exc: BaseException, detail: object, chain_on: BaseException, loads: "
         if rebuilt is not None:
             chain_on.__context__ = rebuilt
     group = getattr(exc, "exceptions", None)
-    if (isinstance(members, tuple) and isinstance(exc, BaseExceptionGroup)
-            and isinstance(group, tuple) and len(group) == len(members)):
+    if (
+        isinstance(members, tuple)
+        and isinstance(exc, BaseExceptionGroup)
+        and isinstance(group, tuple)
+        and len(group) == len(members)
+    ):
         for member, member_detail in zip(group, members, strict=True):
             if isinstance(member, BaseException) and member_detail is not None:
                 attach(member, member_detail, member, loads, fallback)

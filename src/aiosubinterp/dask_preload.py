@@ -25,12 +25,26 @@ _NAMES: dict[int, str] = {}
 
 
 @click.command()
-@click.option("--interpreters-name", "name", default="interpreters", show_default=True,
-              help="Name of the executor, for dask.annotate(executor=NAME).")
-@click.option("--interpreters", "size", type=click.IntRange(min=1), default=None,
-              help="Interpreters per worker [default: the worker's --nthreads].")
-@click.option("--interpreters-default", "default", is_flag=True,
-              help="Also make it the worker's default executor (pure-Python tasks only).")
+@click.option(
+    "--interpreters-name",
+    "name",
+    default="interpreters",
+    show_default=True,
+    help="Name of the executor, for dask.annotate(executor=NAME).",
+)
+@click.option(
+    "--interpreters",
+    "size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Interpreters per worker [default: the worker's --nthreads].",
+)
+@click.option(
+    "--interpreters-default",
+    "default",
+    is_flag=True,
+    help="Also make it the worker's default executor (pure-Python tasks only).",
+)
 def dask_setup(worker: object, name: str, size: int | None, default: bool) -> None:
     """Install a DaskInterpreterExecutor in the worker."""
     install_executor(worker, name, size=size, default=default)  # type: ignore[arg-type]

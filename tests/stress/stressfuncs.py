@@ -72,8 +72,10 @@ def raise_kind(kind):
     if kind == "KeyboardInterrupt":
         raise KeyboardInterrupt("from the task")
     if kind == "RecursionError":
+
         def down(n):
             return down(n + 1) + 1
+
         return down(0)
     if kind == "MemoryError":
         return bytearray(1 << 60)  # a huge allocation: fails, does not take the machine down

@@ -51,16 +51,25 @@ def report(name: str, **figures) -> None:
             f.write(json.dumps(line) + "\n")
 
 
-def run_script(tmp_path: pathlib.Path, source: str, timeout: float = 120,
-               env: dict | None = None, name: str = "script.py") -> subprocess.CompletedProcess:
+def run_script(
+    tmp_path: pathlib.Path,
+    source: str,
+    timeout: float = 120,
+    env: dict | None = None,
+    name: str = "script.py",
+) -> subprocess.CompletedProcess:
     script = tmp_path / name
     script.write_text(textwrap.dedent(source))
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), str(STRESS)])
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
-        cwd=str(tmp_path), env=full_env,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(tmp_path),
+        env=full_env,
     )
 
 
@@ -70,6 +79,10 @@ def popen_script(tmp_path: pathlib.Path, source: str, name: str = "script.py") -
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), str(STRESS)])
     return subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=str(tmp_path), env=full_env,
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+        env=full_env,
     )

@@ -45,21 +45,29 @@ async def test_task_cancellation_storm():
                 cancelled += 1
             else:
                 assert t.result() == i
+
         # Awaiters wrapped in timeouts, some firing while queued, some while running.
         async def bounded(i):
             try:
-                return await asyncio.wait_for(pool.run(stressfuncs.tagged, i, 20_000),
-                                              rng.uniform(0, 0.05))
+                return await asyncio.wait_for(
+                    pool.run(stressfuncs.tagged, i, 20_000), rng.uniform(0, 0.05)
+                )
             except TimeoutError:
                 return None
+
         async with asyncio.timeout(120):
             results = await asyncio.gather(*(bounded(i) for i in range(1000)))
         assert all(r is None or r == i for i, r in enumerate(results))
         await _settle(pool)
         assert await pool.run(stressfuncs.inc, 41) == 42
         assert pool.statistics()["replaced"] == 0  # interrupted, never abandoned
-    report("task cancellation storm", tasks=n, cancelled=cancelled,
-           timed_out=results.count(None), of_timed=1000)
+    report(
+        "task cancellation storm",
+        tasks=n,
+        cancelled=cancelled,
+        timed_out=results.count(None),
+        of_timed=1000,
+    )
     assert 0 < cancelled < n
 
 
@@ -71,8 +79,9 @@ async def test_channel_cancellation_storm_with_interpreter_producers():
     got: dict[int, list[int]] = {k: [] for k in range(n_prod)}
     async with asi.InterpreterPool(2, cancel_grace=10) as pool:
         send, recv = asi.open_channel(rng.choice((0, 4)))
-        producers = [pool.submit(stressfuncs.produce_tagged, send.clone(), k, per)
-                     for k in range(n_prod)]
+        producers = [
+            pool.submit(stressfuncs.produce_tagged, send.clone(), k, per) for k in range(n_prod)
+        ]
         send.close()
         consumers: set[asyncio.Task] = set()
         ended = asyncio.Event()
@@ -134,9 +143,13 @@ async def test_channel_cancellation_storm_with_interpreter_producers():
                 assert len(seqs) == per
         await _settle(pool)
         assert await pool.run(stressfuncs.inc, 1) == 2
-    report("channel cancellation storm", items=sum(map(len, got.values())),
-           producers_cancelled=sum(isinstance(o, asyncio.CancelledError) for o in outcomes),
-           outcomes=[type(o).__name__ for o in outcomes], late_items=late)
+    report(
+        "channel cancellation storm",
+        items=sum(map(len, got.values())),
+        producers_cancelled=sum(isinstance(o, asyncio.CancelledError) for o in outcomes),
+        outcomes=[type(o).__name__ for o in outcomes],
+        late_items=late,
+    )
 
 
 async def test_withdrawn_job_releases_the_channel_ends_in_its_arguments():

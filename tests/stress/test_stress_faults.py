@@ -55,7 +55,8 @@ async def test_every_kind_of_exception_comes_back_and_the_pool_keeps_serving():
         assert [type(e) for e in info.value.exceptions] == [ValueError, TypeError]
         # The same interpreters still serve, none was replaced, the limit is intact.
         assert await asyncio.gather(*(pool.run(stressfuncs.inc, i) for i in range(100))) == list(
-            range(1, 101))
+            range(1, 101)
+        )
         assert await pool.run(stressfuncs.recursion_limit) == limit
         assert pool.statistics()["replaced"] == 0
 
@@ -65,7 +66,8 @@ async def test_initializer_raising_a_base_exception_breaks_the_pool():
     with pytest.raises(asi.BrokenPoolError) as info:
         await asyncio.wait_for(pool.run(stressfuncs.inc, 1), 60)
     assert "initializer gave up" in str(info.value) or "initializer gave up" in str(
-        info.value.__cause__)
+        info.value.__cause__
+    )
     with pytest.raises(asi.BrokenPoolError):
         pool.submit(stressfuncs.inc, 1)
     await asyncio.wait_for(pool.aclose(), 60)
@@ -87,7 +89,9 @@ async def test_task_that_never_returns_is_timed_out_and_its_worker_replaced():
 
 
 def test_os_exit_in_a_task_ends_the_process(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, sys
         import aiosubinterp as asi, stressfuncs
 
@@ -98,14 +102,18 @@ def test_os_exit_in_a_task_ends_the_process(tmp_path):
                 print("not reached", flush=True)
 
         asyncio.run(main())
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     # One process: os._exit anywhere ends it, with that code, at once.
     assert proc.returncode == 7, proc.stderr
     assert proc.stdout == "before\n"
 
 
 def test_c_level_crash_in_a_task_ends_the_process(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi, stressfuncs
 
@@ -115,7 +123,9 @@ def test_c_level_crash_in_a_task_ends_the_process(tmp_path):
                 await pool.run(stressfuncs.crash_process)
 
         asyncio.run(main())
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     # The limit of in-process isolation: a segfault in any interpreter kills all of them.
     assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stderr)
     assert proc.stdout == "before\n"

@@ -142,11 +142,20 @@ async def test_infinite_complex_round_trips():
 
 
 values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-    | st.binary() | st.complex_numbers(allow_nan=False),
-    lambda children: st.lists(children) | st.tuples(children, children)
-    | st.dictionaries(st.text() | st.integers(), children) | st.frozensets(st.integers())
-    | st.sets(st.text()),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary()
+    | st.complex_numbers(allow_nan=False),
+    lambda children: (
+        st.lists(children)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text() | st.integers(), children)
+        | st.frozensets(st.integers())
+        | st.sets(st.text())
+    ),
     max_leaves=30,
 )
 
@@ -281,9 +290,13 @@ async def test_more_unshareable_payloads_fail_at_the_call_site(tmp_path):
         running = pool.submit(stressfuncs.inc, 1)
         with open(tmp_path / "f", "w") as f, select.epoll() as ep:
             payloads = [
-                ("open file", f), ("epoll", ep), ("threading.Event", threading.Event()),
+                ("open file", f),
+                ("epoll", ep),
+                ("threading.Event", threading.Event()),
                 ("asyncio future", asyncio.get_running_loop().create_future()),
-                ("task", running), ("pool", pool), ("module", math),
+                ("task", running),
+                ("pool", pool),
+                ("module", math),
                 ("frame", __import__("sys")._getframe()),
                 ("bad fd", asi.FileDescriptor(10**6)),
             ]
@@ -343,8 +356,9 @@ async def test_ssl_socket_is_refused_instead_of_crossing_without_tls():
     import ssl
 
     raw = socket.socket()
-    tls = ssl.create_default_context().wrap_socket(raw, server_hostname="example.com",
-                                                   do_handshake_on_connect=False)
+    tls = ssl.create_default_context().wrap_socket(
+        raw, server_hostname="example.com", do_handshake_on_connect=False
+    )
     try:
         async with asi.InterpreterPool(1) as pool:
             with pytest.raises(asi.NotShareableError, match="ssl"):

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 def test_loop_stopped_and_closed_with_tasks_in_flight(tmp_path):
     # In a child process: the closed loop's hub (an fd) and the tasks it
     # never delivered are only reclaimed when that loop is collected.
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, gc
         import aiosubinterp as asi, stressfuncs
         from aiosubinterp import _core
@@ -45,7 +47,9 @@ def test_loop_stopped_and_closed_with_tasks_in_flight(tmp_path):
         asyncio.run(asyncio.wait_for(pool.aclose(), 60))
         assert not _core.live_workers()
         print("ok", flush=True)
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
 
@@ -65,7 +69,9 @@ def test_asyncio_run_ending_with_a_busy_default_pool():
 def test_pool_garbage_collected_with_tasks_in_flight_does_not_hang(tmp_path):
     # Tasks still in flight keep their pool alive (each task references it):
     # such a pool is collected once its tasks are, or destroyed at exit.
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, gc, warnings
         import aiosubinterp as asi, stressfuncs
         from aiosubinterp import _core
@@ -85,7 +91,9 @@ def test_pool_garbage_collected_with_tasks_in_flight_does_not_hang(tmp_path):
             gc.collect()
         print("warned", any(issubclass(w.category, ResourceWarning) for w in caught), flush=True)
         print("live", len(_core.live_workers()), flush=True)
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
     # The snapshot depends on timing: the pool may or may not be collected yet,
@@ -125,7 +133,9 @@ def test_two_loops_in_four_threads_share_a_pool_under_cancellation():
 
 
 def test_sigint_while_every_worker_is_busy(tmp_path):
-    proc = popen_script(tmp_path, """
+    proc = popen_script(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi, stressfuncs
 
@@ -138,7 +148,8 @@ def test_sigint_while_every_worker_is_busy(tmp_path):
                 await asyncio.gather(*tasks)
 
         asyncio.run(main())
-    """)
+    """,
+    )
     try:
         assert proc.stdout.readline() == "busy\n"
         proc.send_signal(signal.SIGINT)
@@ -154,7 +165,9 @@ def test_sigint_while_every_worker_is_busy(tmp_path):
 
 
 def test_exit_with_live_pools_and_channels_everywhere(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, warnings
         import aiosubinterp as asi, chanfuncs, stressfuncs
         warnings.simplefilter("ignore", ResourceWarning)
@@ -171,7 +184,9 @@ def test_exit_with_live_pools_and_channels_everywhere(tmp_path):
             print("ok", flush=True)
 
         asyncio.run(main())
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
 
@@ -184,7 +199,9 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
     # (another CPython), pools refuse work there with a clear RuntimeError
     # and its exit does not wait for the parent's workers. Either way the
     # parent keeps working.
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, os, sys, warnings
         import aiosubinterp as asi, stressfuncs
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads
@@ -231,7 +248,9 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
                 print("parent ok", flush=True)
 
         asyncio.run(main())
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     # What we guarantee is the warning, once, and the parent.
@@ -239,8 +258,13 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
     assert lines[0] in deaths, proc.stdout
     assert lines[1] == "warnings 1", proc.stdout
     message = lines[2]
-    for words in ("fork() with 2 live subinterpreters", "CPython cannot fork",
-                  "'spawn' or 'forkserver'", "aiosubinterp.ProcessPool", "close your pools"):
+    for words in (
+        "fork() with 2 live subinterpreters",
+        "CPython cannot fork",
+        "'spawn' or 'forkserver'",
+        "aiosubinterp.ProcessPool",
+        "close your pools",
+    ):
         assert words in message, message
     assert lines[3] == "at script.py", proc.stdout  # points at the caller of os.fork()
     assert lines[4] in deaths, proc.stdout
@@ -248,7 +272,9 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
 
 
 def test_no_fork_warning_without_interpreters(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, os, warnings
         import aiosubinterp as asi, stressfuncs
         warnings.simplefilter("error", asi.ForkWarning)
@@ -264,7 +290,9 @@ def test_no_fork_warning_without_interpreters(tmp_path):
         if pid == 0:
             os._exit(7)
         print("child exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-    """, timeout=60)
+    """,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "child exit 7\n"
     assert "ForkWarning" not in proc.stderr, proc.stderr
@@ -288,7 +316,9 @@ async def _submit(pool):
 
 
 def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, multiprocessing, warnings
         import aiosubinterp as asi, stressfuncs
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads
@@ -318,7 +348,9 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
 
         if __name__ == "__main__":
             asyncio.run(main())
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     # 3.13.x: the child aborts (-6); 3.14+: it segfaults (-11); 3.12.1: it
@@ -332,15 +364,20 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="uvloop spawn behaviour checked on Linux")
-@pytest.mark.skipif(sys.version_info[:2] == (3, 12), reason="on 3.12.1 the parent itself hangs "
-                    "(>90 s) once uvloop spawned with live interpreters: documented, not run")
+@pytest.mark.skipif(
+    sys.version_info[:2] == (3, 12),
+    reason="on 3.12.1 the parent itself hangs "
+    "(>90 s) once uvloop spawned with live interpreters: documented, not run",
+)
 def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     # uvloop issue 650: uvloop spawns with its own fork+exec; with interpreters
     # alive, the child can crash before exec. This records what happens on
     # this machine; docs/explanation/limits.md documents the workaround (asyncio's loop, or
     # subprocess in a thread) either way. What must hold: the parent survives.
     pytest.importorskip("uvloop")
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio, uvloop
         import aiosubinterp as asi, stressfuncs
 
@@ -361,7 +398,9 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
             print("parent ok", flush=True)
 
         uvloop.run(main())
-    """, timeout=90)
+    """,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-1] == "parent ok"
@@ -397,5 +436,6 @@ def test_exit_while_interpreters_retire_after_every_task(tmp_path):
     for run in range(12):
         proc = run_script(tmp_path, source, timeout=60)
         assert proc.returncode == 0, (
-            f"run {run}: exit code {proc.returncode}\n{proc.stderr[-2000:]}")
+            f"run {run}: exit code {proc.returncode}\n{proc.stderr[-2000:]}"
+        )
         assert proc.stdout.strip() == "ok"

@@ -51,8 +51,9 @@ def test_200k_tasks_through_a_two_interpreter_pool():
             assert seen.count(1) == len(seen)
             t0 = time.perf_counter()
             for lo in range(0, N_TASKS // 4, 5_000):
-                batch = await asyncio.gather(*(pool.submit(stressfuncs.ident, i)
-                                               for i in range(lo, lo + 5_000)))
+                batch = await asyncio.gather(
+                    *(pool.submit(stressfuncs.ident, i) for i in range(lo, lo + 5_000))
+                )
                 assert batch == list(range(lo, lo + 5_000))
             gather_s = time.perf_counter() - t0
             stats = pool.statistics()
@@ -62,10 +63,14 @@ def test_200k_tasks_through_a_two_interpreter_pool():
         return ordered_s, gather_s, growth, stats
 
     ordered_s, gather_s, growth, stats = asyncio.run(main())
-    report("200k tasks", ordered_tasks_per_s=round(N_TASKS / ordered_s),
-           ordered_seconds=round(ordered_s, 2),
-           gather_tasks_per_s=round(N_TASKS // 4 / gather_s),
-           rss_growth_mib=round(growth / MiB, 2), submitted=stats["submitted"])
+    report(
+        "200k tasks",
+        ordered_tasks_per_s=round(N_TASKS / ordered_s),
+        ordered_seconds=round(ordered_s, 2),
+        gather_tasks_per_s=round(N_TASKS // 4 / gather_s),
+        rss_growth_mib=round(growth / MiB, 2),
+        submitted=stats["submitted"],
+    )
     assert growth < 20 * MiB, f"RSS grew by {growth / MiB:.1f} MiB after warm-up"
     assert fd_count() == fds0
     assert threads_back_to(threads0), f"{thread_count()} threads > {threads0}"
@@ -90,8 +95,10 @@ def test_a_million_channel_items():
             half = N_ITEMS // 2
             send, recv = asi.open_channel(1024)
             t0 = time.perf_counter()
-            producers = [pool.submit(stressfuncs.produce_range, send.clone(), 0, half),
-                         pool.submit(stressfuncs.produce_range, send.clone(), half, N_ITEMS)]
+            producers = [
+                pool.submit(stressfuncs.produce_range, send.clone(), 0, half),
+                pool.submit(stressfuncs.produce_range, send.clone(), half, N_ITEMS),
+            ]
             send.close()
             nxt = [0, half]
             async for x in recv:
@@ -118,10 +125,13 @@ def test_a_million_channel_items():
         return in_s, out_s, growth
 
     in_s, out_s, growth = asyncio.run(main())
-    report("1M channel items", interp_to_loop_items_per_s=round(N_ITEMS / in_s),
-           interp_to_loop_seconds=round(in_s, 2),
-           loop_to_interp_items_per_s=round(200_000 / out_s),
-           rss_growth_mib=round(growth / MiB, 2))
+    report(
+        "1M channel items",
+        interp_to_loop_items_per_s=round(N_ITEMS / in_s),
+        interp_to_loop_seconds=round(in_s, 2),
+        loop_to_interp_items_per_s=round(200_000 / out_s),
+        rss_growth_mib=round(growth / MiB, 2),
+    )
     assert growth < 20 * MiB, f"RSS grew by {growth / MiB:.1f} MiB after warm-up"
     assert fd_count() == fds0
     assert threads_back_to(threads0), f"{thread_count()} threads > {threads0}"

@@ -221,7 +221,9 @@ async def test_channel_end_used_after_its_first_loop_closed():
 def test_exit_with_a_loop_never_closed_and_its_default_pool(tmp_path):
     from stresshelp import run_script
 
-    proc = run_script(tmp_path, """
+    proc = run_script(
+        tmp_path,
+        """
         import asyncio
         import aiosubinterp as asi, workfuncs
 
@@ -234,7 +236,9 @@ def test_exit_with_a_loop_never_closed_and_its_default_pool(tmp_path):
             return await asi.run(workfuncs.square, 3)
 
         print(loop.run_until_complete(main()), flush=True)
-    """, env={"PYTHONWARNINGS": "ignore::ResourceWarning"})
+    """,
+        env={"PYTHONWARNINGS": "ignore::ResourceWarning"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "9\n"
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -111,8 +111,9 @@ def _expire(op: Any, fut: Any, hub: Any) -> None:
     # else: committed just now; its completion is on the way and wins.
 
 
-async def park(op: Any, loop: Any, hub: Any, *, keep: bool = False,
-               limit: float | None = None) -> int:
+async def park(
+    op: Any, loop: Any, hub: Any, *, keep: bool = False, limit: float | None = None
+) -> int:
     """Wait on loop until hub delivers op's completion (a ChannelOp); its status.
 
     The one asyncio wait of send(), recv() and select(), where their atomicity
@@ -153,8 +154,17 @@ async def park(op: Any, loop: Any, hub: Any, *, keep: bool = False,
 
 # What encoding an item can raise (pickle's errors among them); MemoryError
 # and our own NotShareableError pass through unchanged.
-_ENCODING_ERRORS = (TypeError, AttributeError, ValueError, RuntimeError, RecursionError,
-                    LookupError, ArithmeticError, OSError, BufferError)
+_ENCODING_ERRORS = (
+    TypeError,
+    AttributeError,
+    ValueError,
+    RuntimeError,
+    RecursionError,
+    LookupError,
+    ArithmeticError,
+    OSError,
+    BufferError,
+)
 
 
 def _encoding_errors() -> tuple[type[BaseException], ...]:
@@ -204,8 +214,9 @@ def send_error(end: object, status: int) -> BaseException:
 
 def recv_error(end: object, status: int, index: int | None = None) -> BaseException:
     if status == _END:
-        return EndOfChannel(f"{end!r}: every send end is closed and the buffer is drained",
-                            index=index)
+        return EndOfChannel(
+            f"{end!r}: every send end is closed and the buffer is drained", index=index
+        )
     if status == _CLOSED:
         return ChannelClosedError(f"{end!r} is closed: it cannot receive any more")
     if status == _WOULDBLOCK:
@@ -226,6 +237,7 @@ class EndBase:
     __slots__ = ()
 
     if TYPE_CHECKING:
+
         @property
         def closed(self) -> bool: ...
         @property
@@ -268,8 +280,9 @@ class EndBase:
         # start), and dataclasses (with inspect, re and ast) cost ~12 ms there.
         from aiosubinterp._channels.stats import ChannelStatistics
 
-        return ChannelStatistics(used, math.inf if maxsize < 0 else maxsize, senders,
-                                 receivers, wsend, wrecv)
+        return ChannelStatistics(
+            used, math.inf if maxsize < 0 else maxsize, senders, receivers, wsend, wrecv
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -295,6 +308,7 @@ class RecvEndBase(EndBase):
     __slots__ = ()
 
     if TYPE_CHECKING:
+
         async def recv(self) -> Any: ...
         def recv_sync(self, timeout: float | None = None) -> Any: ...
 

@@ -94,8 +94,9 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
             )
         return super().submit(fn, *args, **kwargs)
 
-    def _submit_task(self, task: object, data: dict[Any, Any],
-                     time_delay: float) -> concurrent.futures.Future[Any]:
+    def _submit_task(
+        self, task: object, data: dict[Any, Any], time_delay: float
+    ) -> concurrent.futures.Future[Any]:
         start = time.time()
         try:
             fn, args, kwargs = task_call(task, data)
@@ -109,8 +110,9 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
         inner.add_done_callback(functools.partial(_report, outer, start, time_delay))
         return outer
 
-    def _submit_call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-                     ) -> concurrent.futures.Future[Any]:
+    def _submit_call(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> concurrent.futures.Future[Any]:
         try:
             return super().submit(fn, *args, **kwargs)
         except NotShareableError as by_name:
@@ -121,8 +123,12 @@ class DaskInterpreterExecutor(InterpreterPoolExecutor):
             return super().submit(_daskwork.call_pickled, blob)
 
 
-def _report(outer: concurrent.futures.Future[Any], start: float, time_delay: float,
-            inner: concurrent.futures.Future[Any]) -> None:
+def _report(
+    outer: concurrent.futures.Future[Any],
+    start: float,
+    time_delay: float,
+    inner: concurrent.futures.Future[Any],
+) -> None:
     """The message a Dask worker expects from _run_task_simple, for the finished call."""
     try:
         msg = _run_task_simple(_Outcome(inner), {}, time_delay)  # type: ignore[arg-type]
@@ -195,8 +201,9 @@ def install_executor(
     installed under the same name before is shut down first.
     """
     if not isinstance(name, str) or not name or name in ("offload", "actor"):
-        raise ValueError(f"executor name must be a non-empty str other than 'offload' and "
-                         f"'actor', got {name!r}")
+        raise ValueError(
+            f"executor name must be a non-empty str other than 'offload' and 'actor', got {name!r}"
+        )
     if size is None:
         size = worker.state.nthreads
     executor = DaskInterpreterExecutor(size, **options)
@@ -264,8 +271,9 @@ class DaskInterpreterPlugin(WorkerPlugin):
         max_tasks_per_interpreter: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or name in ("offload", "actor"):
-            raise ValueError(f"name must be a non-empty str other than 'offload' and "
-                             f"'actor', got {name!r}")
+            raise ValueError(
+                f"name must be a non-empty str other than 'offload' and 'actor', got {name!r}"
+            )
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"size must be None or a positive int, got {size!r}")
         self.name = f"aiosubinterp-{name}"
@@ -280,8 +288,9 @@ class DaskInterpreterPlugin(WorkerPlugin):
         }
 
     def setup(self, worker: distributed.Worker) -> None:
-        install_executor(worker, self.executor_name, size=self.size, default=self.default,
-                         **self.options)
+        install_executor(
+            worker, self.executor_name, size=self.size, default=self.default, **self.options
+        )
 
     def teardown(self, worker: distributed.Worker) -> None:
         uninstall_executor(worker, self.executor_name)

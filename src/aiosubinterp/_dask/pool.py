@@ -40,8 +40,9 @@ def _remote_error(exc: BaseException) -> BaseException:
         type_name = f"{tp.__module__}.{tp.__qualname__}"
         tb_text = "".join(traceback.format_exception(exc))
         message = str(exc)
-        exc.__cause__ = ExecutionFailed(f"{type_name}: {message}" if message else type_name,
-                                        type_name, tb_text)
+        exc.__cause__ = ExecutionFailed(
+            f"{type_name}: {message}" if message else type_name, type_name, tb_text
+        )
     return exc.with_traceback(None)
 
 
@@ -103,7 +104,8 @@ class DaskPool:
         client = self._client
         if client.status in ("closing", "closed"):
             raise PoolClosedError(
-                "the Dask client of this DaskPool is closed: create a pool on an open Client")
+                "the Dask client of this DaskPool is closed: create a pool on an open Client"
+            )
         try:
             io_loop = client.loop
         except RuntimeError:
@@ -158,7 +160,8 @@ class DaskPool:
         else:
             relay = asyncio.wrap_future(
                 asyncio.run_coroutine_threadsafe(_gather(self._client, dfut), client_loop),
-                loop=loop)
+                loop=loop,
+            )
         self._inflight[task] = (dfut, relay)
         relay.add_done_callback(functools.partial(self._settle, task))
         self._submitted += 1
@@ -192,12 +195,14 @@ class DaskPool:
             return
         loop = task.get_loop()
         coro = self._client.cancel(  # type: ignore[no-untyped-call]
-            [dfut], asynchronous=True, reason="DaskPool task cancelled")
+            [dfut], asynchronous=True, reason="DaskPool task cancelled"
+        )
         if client_loop is loop:
             done: asyncio.Future[Any] = loop.create_task(coro)
         else:
-            done = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, client_loop),
-                                       loop=loop)
+            done = asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(coro, client_loop), loop=loop
+            )
         self._cancels.add(done)
         done.add_done_callback(self._cancel_done)
 
@@ -237,8 +242,9 @@ class DaskPool:
 
         Cancellation: closing or cancelling the iteration cancels every call in flight.
         """
-        return _lifecycle.windowed_map(self.submit, fn, iterable, ordered=ordered,
-                                  window=64 if window is None else window)
+        return _lifecycle.windowed_map(
+            self.submit, fn, iterable, ordered=ordered, window=64 if window is None else window
+        )
 
     def close(self) -> None:
         """Accept no more calls; those submitted still run. Idempotent; the client stays open."""

@@ -29,7 +29,8 @@ def _is_shallow(arg: object) -> bool:
         return True
     if isinstance(arg, _spec.NestedContainer):
         return (type(arg) in _CONTAINERS or type(arg) is _spec.Dict) and all(
-            _is_shallow(a) for a in arg.args)
+            _is_shallow(a) for a in arg.args
+        )
     return not isinstance(arg, _spec.GraphNode)
 
 
@@ -63,17 +64,30 @@ def to_expression(node: Any, data: dict[Any, Any], local: bool = False) -> tuple
         return (_CONTAINERS[kind], tuple(to_expression(a, data, local) for a in task.args))
     if kind is _spec.Dict:
         items = task.args
-        return ("d", tuple((to_expression(items[i], data, local),
-                            to_expression(items[i + 1], data, local))
-                           for i in range(0, len(items), 2)))
+        return (
+            "d",
+            tuple(
+                (to_expression(items[i], data, local), to_expression(items[i + 1], data, local))
+                for i in range(0, len(items), 2)
+            ),
+        )
     if kind is _spec.Task and task.func is _spec._execute_subgraph:
         inner, outkey, inkeys, *deps = task.args
         graph = {key: to_expression(sub, data, True) for key, sub in inner.items()}
-        return ("g", graph, outkey, tuple(inkeys),
-                tuple(to_expression(d, data, local) for d in deps))
+        return (
+            "g",
+            graph,
+            outkey,
+            tuple(inkeys),
+            tuple(to_expression(d, data, local) for d in deps),
+        )
     if kind is _spec.Task:
-        return ("c", task.func, tuple(to_expression(a, data, local) for a in task.args),
-                tuple((k, to_expression(v, data, local)) for k, v in task.kwargs.items()))
+        return (
+            "c",
+            task.func,
+            tuple(to_expression(a, data, local) for a in task.args),
+            tuple((k, to_expression(v, data, local)) for k, v in task.kwargs.items()),
+        )
     raise _Untranslatable(
         f"aiosubinterp cannot run a dask {kind.__module__}.{kind.__qualname__} task in an "
         "interpreter; run it on the worker's default executor (do not annotate it with "
@@ -81,12 +95,16 @@ def to_expression(node: Any, data: dict[Any, Any], local: bool = False) -> tuple
     )
 
 
-def task_call(task: Any, data: dict[Any, Any]
-              ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+def task_call(
+    task: Any, data: dict[Any, Any]
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """(fn, args, kwargs) to send to an interpreter for a dask task."""
-    if (type(task) is _spec.Task and task.func is not _spec._execute_subgraph
-            and all(_is_shallow(a) for a in task.args)
-            and all(_is_shallow(v) for v in task.kwargs.values())):
+    if (
+        type(task) is _spec.Task
+        and task.func is not _spec._execute_subgraph
+        and all(_is_shallow(a) for a in task.args)
+        and all(_is_shallow(v) for v in task.kwargs.values())
+    ):
         args = tuple(_resolve(a, data) for a in task.args)
         kwargs = {k: _resolve(v, data) for k, v in task.kwargs.items()}
         return task.func, args, kwargs

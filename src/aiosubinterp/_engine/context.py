@@ -42,21 +42,27 @@ def locate(context_vars: Iterable[contextvars.ContextVar[Any]] | None, owner: st
     if isinstance(context_vars, contextvars.ContextVar):
         raise TypeError(
             f"{owner}(context_vars=...) takes a list of context variables, got the variable "
-            f"{context_vars.name!r} itself: write context_vars=[{context_vars.name}]")
+            f"{context_vars.name!r} itself: write context_vars=[{context_vars.name}]"
+        )
     if isinstance(context_vars, str):
         raise TypeError(
             f"{owner}(context_vars=...) takes the contextvars.ContextVar objects themselves, "
-            f"not names: got the string {context_vars!r}")
+            f"not names: got the string {context_vars!r}"
+        )
     try:
         given = list(context_vars)
     except TypeError:
-        raise TypeError(f"{owner}(context_vars=...) must be a list of contextvars.ContextVar, "
-                        f"got {type(context_vars).__name__}") from None
+        raise TypeError(
+            f"{owner}(context_vars=...) must be a list of contextvars.ContextVar, "
+            f"got {type(context_vars).__name__}"
+        ) from None
     unique: list[contextvars.ContextVar[Any]] = []
     for var in given:
         if not isinstance(var, contextvars.ContextVar):
-            raise TypeError(f"{owner}(context_vars=...) must contain contextvars.ContextVar "
-                            f"objects, got {type(var).__name__} {var!r}")
+            raise TypeError(
+                f"{owner}(context_vars=...) must contain contextvars.ContextVar "
+                f"objects, got {type(var).__name__} {var!r}"
+            )
         if not any(var is seen for seen in unique):
             unique.append(var)
     if not unique:
@@ -71,13 +77,15 @@ def locate(context_vars: Iterable[contextvars.ContextVar[Any]] | None, owner: st
                 "global of any imported module, so a worker cannot find its own copy of it "
                 "(a ContextVar object cannot cross interpreters; each worker sets the one of "
                 "the same module and name). Define it at the top level of a module, "
-                f"`{var.name} = contextvars.ContextVar({var.name!r})`, and pass that.")
+                f"`{var.name} = contextvars.ContextVar({var.name!r})`, and pass that."
+            )
         module, name = where
         if module == "__main__" and _marshal._main_is_interactive():
             raise NotShareableError(
                 f"{owner}(context_vars=...): the context variable {var.name!r} is defined in an "
                 "interactive session, which a worker interpreter cannot import. Define it in a "
-                "module (a .py file) and import it from there.")
+                "module (a .py file) and import it from there."
+            )
         located.append((var, module, name))
     return tuple(located)
 
@@ -147,5 +155,6 @@ def explain(sent: object) -> NotShareableError | None:
                 f"pool's context_vars) to an interpreter: it is a {type(value).__name__}, and "
                 f"{type(exc).__name__}: {exc}. Values cross by copy: set the variable to plain "
                 "data (str, int, a tuple, a picklable object) where the task is submitted, or "
-                "leave it out of context_vars.")
+                "leave it out of context_vars."
+            )
     return None

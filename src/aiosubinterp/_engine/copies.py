@@ -32,8 +32,14 @@ _live_lock = threading.Lock()
 # Native thread pools are one per process (their library is found by SONAME
 # and loaded once for every copy): N workers each asking OpenBLAS for all
 # cores ran 5x slower. One thread each unless the user chose otherwise.
-NATIVE_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                           "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+NATIVE_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def parent_folder() -> str:
@@ -57,13 +63,17 @@ def check_private(folder: str) -> None:
     import stat
 
     info = os.lstat(folder)
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
         raise PermissionError(
             f"the private copies' folder {folder} must be a directory of this user "
             f"(uid {os.getuid()}) that nobody else can write to (a link, another owner or "
             f"mode {stat.filemode(info.st_mode)} found): a file swapped there would be "
-            "loaded as code. Remove it, or set AIOSUBINTERP_COPY_DIR to a folder of your own.")
+            "loaded as code. Remove it, or set AIOSUBINTERP_COPY_DIR to a folder of your own."
+        )
 
 
 def remove_stale(parent: str) -> list[str]:
@@ -99,8 +109,7 @@ class CopyFolders:
         os.makedirs(self._parent, mode=0o700, exist_ok=True)
         check_private(self._parent)
         remove_stale(self._parent)
-        folder = os.path.join(
-            self._parent, f"{os.getpid()}-{next(_pools)}-{secrets.token_hex(4)}")
+        folder = os.path.join(self._parent, f"{os.getpid()}-{next(_pools)}-{secrets.token_hex(4)}")
         os.mkdir(folder, 0o700)
         with _live_lock:
             _live.add(folder)
@@ -143,8 +152,12 @@ class CopyFolders:
                     count += 1
                     size += int(parts[1])
                     seconds += float(parts[2])
-        return {"copies": count, "copies_bytes": size, "copies_seconds": round(seconds, 6),
-                "copies_folder": folder or ""}
+        return {
+            "copies": count,
+            "copies_bytes": size,
+            "copies_seconds": round(seconds, 6),
+            "copies_folder": folder or "",
+        }
 
     def close(self) -> None:
         """Remove the folder (the interpreters keep what they mapped)."""

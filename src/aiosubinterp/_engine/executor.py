@@ -117,12 +117,19 @@ class _ExecutorEngine(_InterpreterBackend):
     _public_name = "InterpreterPoolExecutor"
     _nested_calls = True
 
-    def __init__(self, size: int, *, thread_name_prefix: str,
-                 initializer: Callable[..., object] | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        thread_name_prefix: str,
+        initializer: Callable[..., object] | None,
+        **kwargs: Any,
+    ) -> None:
         # A nested initializer that captures nothing crosses as code, as submit()'s calls do.
         super().__init__(size, initializer=_marshal.by_code(initializer) or initializer, **kwargs)
         self._init_payload = _marshal.call_payload(
-            _executor_start.start, (thread_name_prefix, self._init_payload), {})
+            _executor_start.start, (thread_name_prefix, self._init_payload), {}
+        )
         # Why the executor is broken, once _on_started logged it (ThreadPoolExecutor's _broken).
         self.broken_message: str | None = None
         # The context_vars found at creation (their values cross with each call).
@@ -152,8 +159,15 @@ class _ExecutorEngine(_InterpreterBackend):
     def queue_closed(self) -> bool:
         return bool(self._queue.closed)
 
-    def enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object,
-                args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def enqueue(
+        self,
+        tid: int,
+        payload: object,
+        hub: _core.Hub,
+        fn: object,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
         """Queue the call; its completion goes to hub (every interpreter pool's one
         enqueue step, _InterpreterBackend._enqueue)."""
         self._enqueue(tid, payload, hub, fn, args, kwargs)
@@ -196,8 +210,11 @@ def _on_started(engine: _ExecutorEngine, started: concurrent.futures.Future[Any]
     # after shutdown(wait=False)).
     if not _global_shutdown:
         cause = broken.__cause__ or broken
-        _LOGGER.critical("Exception in initializer (or a preload import) of an interpreter; "
-                         "the InterpreterPoolExecutor is broken:", exc_info=cause)
+        _LOGGER.critical(
+            "Exception in initializer (or a preload import) of an interpreter; "
+            "the InterpreterPoolExecutor is broken:",
+            exc_info=cause,
+        )
     engine.broken_message = str(_broken_error(engine))
     engine.close()
 
@@ -220,8 +237,7 @@ class _Completions:
         # every completion has been posted": drain once more and exit.
         self._wake_r, self._wake_w = os.pipe()
         self._wake_lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="aiosubinterp-executor",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._run, name="aiosubinterp-executor", daemon=True)
         self.thread.start()
         engine.closed_future.add_done_callback(self._wake)
         _live.add(self)
@@ -264,7 +280,8 @@ class _Completions:
             self.pending.clear()
             for fut in leftovers:
                 err = RuntimeError(
-                    "the InterpreterPoolExecutor shut down before this call finished")
+                    "the InterpreterPoolExecutor shut down before this call finished"
+                )
                 if self.engine.broken is not None:
                     err = _broken_error(self.engine)
                 try:
@@ -296,8 +313,11 @@ class _Completions:
 
     def _remote_error(self, info: tuple[Any, ...]) -> BaseException:
         exc = rebuild(info)
-        if (isinstance(exc, BrokenPoolError) and not isinstance(exc, BrokenInterpreterPool)
-                and self.engine.broken is not None):
+        if (
+            isinstance(exc, BrokenPoolError)
+            and not isinstance(exc, BrokenInterpreterPool)
+            and self.engine.broken is not None
+        ):
             # The engine failed the queued jobs with its own BrokenPoolError.
             return _broken_error(self.engine)
         return exc
@@ -317,8 +337,11 @@ def _without_context_run(
     """
     if type(fn) is functools.partial:
         run = fn.func
-        if (type(getattr(run, "__self__", None)) is contextvars.Context
-                and getattr(run, "__name__", None) == "run" and fn.args):
+        if (
+            type(getattr(run, "__self__", None)) is contextvars.Context
+            and getattr(run, "__name__", None) == "run"
+            and fn.args
+        ):
             return fn.args[0], fn.args[1:] + args, {**fn.keywords, **kwargs}
     return fn, args, kwargs
 
@@ -451,15 +474,18 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 f"initializer must be a callable, got the string {initializer!r}: scripts are not "
                 "supported (the standard library's InterpreterPoolExecutor refuses them too), and "
                 "the second positional parameter here is the initializer: pass "
-                "thread_name_prefix=... by keyword")
+                "thread_name_prefix=... by keyword"
+            )
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if not isinstance(thread_name_prefix, str):
             raise TypeError(
-                f"thread_name_prefix must be a str, got {type(thread_name_prefix).__name__}")
+                f"thread_name_prefix must be a str, got {type(thread_name_prefix).__name__}"
+            )
         self._max_workers = max_workers
         self._thread_name_prefix = thread_name_prefix or (
-            f"InterpreterPoolExecutor-{self._counter()}")  # type: ignore[attr-defined]
+            f"InterpreterPoolExecutor-{self._counter()}"  # type: ignore[attr-defined]
+        )
         self._initializer = initializer  # type: ignore[assignment]
         self._initargs = initargs
         self._engine = _ExecutorEngine(
@@ -477,8 +503,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         self._shutdown = False
         self._completions: _Completions | None = None
         self._worker_threads: frozenset[_WorkerThread] = frozenset()
-        self._engine.started_future.add_done_callback(
-            functools.partial(_on_started, self._engine))
+        self._engine.started_future.add_done_callback(functools.partial(_on_started, self._engine))
         # Dropped without shutdown(): finish the submitted calls, then destroy
         # the interpreters (the standard executors also wind down on collection).
         weakref.finalize(self, self._engine.close)
@@ -521,7 +546,8 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
                 self._completions = _Completions(self._engine)
                 self._worker_threads = frozenset(
                     _WorkerThread(f"{self._thread_name_prefix}_{i}", self._engine.closed_future)
-                    for i in range(self._max_workers))
+                    for i in range(self._max_workers)
+                )
                 self._engine.start_workers()
             return self._completions
 
@@ -591,8 +617,9 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             raise TypeError(f"chunksize must be an int, got {type(chunksize).__name__}")
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
-        if buffersize is not None and (isinstance(buffersize, bool)
-                                       or not isinstance(buffersize, int)):
+        if buffersize is not None and (
+            isinstance(buffersize, bool) or not isinstance(buffersize, int)
+        ):
             raise TypeError("buffersize must be an integer or None")
         if buffersize is not None and buffersize < 1:
             raise ValueError("buffersize must be None or > 0")
@@ -600,28 +627,42 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
             return self._map(fn, zip(*iterables, strict=False), timeout, buffersize)
         _marshal.call_payload(fn, (), {}, nested=True)  # a lambda or closure: say so here
         chunks = itertools.batched(zip(*iterables, strict=False), chunksize)
-        results = self._map(functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
-                            ((chunk,) for chunk in chunks), timeout, buffersize)
+        results = self._map(
+            functools.partial(_chunks.run_chunk, _marshal.by_code(fn) or fn),
+            ((chunk,) for chunk in chunks),
+            timeout,
+            buffersize,
+        )
         return _chain_from_lists(results)
 
-    def _map(self, fn: Callable[..., Any], calls: Iterator[tuple[Any, ...]],
-             timeout: float | None, buffersize: int | None) -> Iterator[Any]:
+    def _map(
+        self,
+        fn: Callable[..., Any],
+        calls: Iterator[tuple[Any, ...]],
+        timeout: float | None,
+        buffersize: int | None,
+    ) -> Iterator[Any]:
         limit = _timeouts.executor_timeout(timeout)
         end = None if limit is None else limit + time.monotonic()
         if buffersize is None:
             futures = collections.deque(self.submit(fn, *args) for args in calls)
         else:
             futures = collections.deque(
-                self.submit(fn, *args) for args in itertools.islice(calls, buffersize))
+                self.submit(fn, *args) for args in itertools.islice(calls, buffersize)
+            )
         # The generator holds the executor weakly, as the standard map does:
         # an abandoned iterator does not keep it alive.
         executor_ref = weakref.ref(self) if buffersize is not None else None
         return self._results(futures, calls, fn, end, executor_ref)
 
     @staticmethod
-    def _results(futures: collections.deque[Any], calls: Iterator[tuple[Any, ...]],
-                 fn: Callable[..., Any], end: float | None,
-                 executor_ref: weakref.ref[Any] | None) -> Iterator[Any]:
+    def _results(
+        futures: collections.deque[Any],
+        calls: Iterator[tuple[Any, ...]],
+        fn: Callable[..., Any],
+        end: float | None,
+        executor_ref: weakref.ref[Any] | None,
+    ) -> Iterator[Any]:
         try:
             while futures:
                 if executor_ref is not None:
@@ -671,8 +712,10 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         return self._engine.statistics()
 
     def __repr__(self) -> str:
-        return (f"<aiosubinterp.InterpreterPoolExecutor max_workers={self._max_workers} "
-                f"{self._engine.state}>")
+        return (
+            f"<aiosubinterp.InterpreterPoolExecutor max_workers={self._max_workers} "
+            f"{self._engine.state}>"
+        )
 
     # ThreadPoolExecutor internals that must never run here.
     def _adjust_thread_count(self) -> None:  # pragma: no cover

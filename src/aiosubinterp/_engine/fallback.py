@@ -25,16 +25,25 @@ if TYPE_CHECKING:  # a type only: _pool imports this module
     from aiosubinterp._engine import pool as _pool
     from aiosubinterp._process.pool import ProcessPool
 
-__all__ = ["FREE_THREADED", "Fallback", "copies_only", "copies_unavailable", "make", "parse",
-           "wants_copies"]
+__all__ = [
+    "FREE_THREADED",
+    "Fallback",
+    "copies_only",
+    "copies_unavailable",
+    "make",
+    "parse",
+    "wants_copies",
+]
+
 
 def parse(fallback: object) -> tuple[str, ...]:
     """fallback as a tuple of tiers, in order; a clear error for a bad value."""
     if fallback is None:
         return ()
     tiers = (fallback,) if isinstance(fallback, str) else fallback
-    if isinstance(tiers, (tuple, list)) and tuple(tiers) in ((("process",), ("copy",),
-                                                               ("copy", "process"))):
+    if isinstance(tiers, (tuple, list)) and tuple(tiers) in (
+        (("process",), ("copy",), ("copy", "process"))
+    ):
         return tuple(tiers)
     hint = ""
     if isinstance(tiers, (tuple, list)) and tuple(tiers) == ("process", "copy"):
@@ -44,7 +53,8 @@ def parse(fallback: object) -> tuple[str, ...]:
         "(such tasks run on worker processes instead), 'copy' (each interpreter loads a "
         "private copy of a refusing extension module where its binaries allow it) or "
         f"('copy', 'process') (a copy where it is safe, processes otherwise), got "
-        f"{fallback!r}{hint}")
+        f"{fallback!r}{hint}"
+    )
 
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
@@ -53,14 +63,18 @@ FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 def copies_unavailable() -> str | None:
     """Why this Python cannot load private copies, or None when it can."""
     if FREE_THREADED:
-        return ("it is not available on a free-threaded build of CPython, which cannot lift its "
-                "refusal of an extension module for one interpreter. Threads run Python in "
-                "parallel on this build: asyncio.to_thread() runs such code on every core")
+        return (
+            "it is not available on a free-threaded build of CPython, which cannot lift its "
+            "refusal of an extension module for one interpreter. Threads run Python in "
+            "parallel on this build: asyncio.to_thread() runs such code on every core"
+        )
     if sys.version_info < (3, 13):
-        return ("it needs CPython 3.13 or newer: on 3.12 (measured on 3.12.1) the process "
-                "aborted at exit after copies of pydantic-core or SQLAlchemy, or numpy's own "
-                "tests, ran in two interpreters (the datetime C API those modules need is not "
-                "safe in several interpreters there)")
+        return (
+            "it needs CPython 3.13 or newer: on 3.12 (measured on 3.12.1) the process "
+            "aborted at exit after copies of pydantic-core or SQLAlchemy, or numpy's own "
+            "tests, ran in two interpreters (the datetime C API those modules need is not "
+            "safe in several interpreters there)"
+        )
     return None
 
 
@@ -79,7 +93,8 @@ def wants_copies(tiers: tuple[str, ...], who: str) -> bool:
         return False
     raise ValueError(
         f"{who}(fallback='copy'): {why}. fallback=('copy', 'process') runs such modules on "
-        "processes here and in private copies where they are available.")
+        "processes here and in private copies where they are available."
+    )
 
 
 def copies_only(fallback: object, who: str) -> bool:
@@ -91,18 +106,31 @@ def copies_only(fallback: object, who: str) -> bool:
         f"{who} takes fallback=None or 'copy' (a private copy of a refusing extension module in "
         f"its interpreters), got {tiers!r}: processes have their own API (ProcessPool, "
         "concurrent.futures.ProcessPoolExecutor), and InterpreterPool(fallback=('copy', "
-        "'process')) routes between both")
+        "'process')) routes between both"
+    )
 
 
-def make(fallback: object, *, size: int, initializer: Callable[..., object] | None,
-         initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float,
-         forward_logging: bool = True) -> Fallback | None:
+def make(
+    fallback: object,
+    *,
+    size: int,
+    initializer: Callable[..., object] | None,
+    initargs: tuple[Any, ...],
+    max_tasks: int | None,
+    cancel_grace: float,
+    forward_logging: bool = True,
+) -> Fallback | None:
     """The process fallback of a new InterpreterPool, or None; a clear error for a bad value."""
     if "process" not in parse(fallback):
         return None
-    return Fallback(size=size, initializer=initializer, initargs=initargs,
-                    max_tasks=max_tasks, cancel_grace=cancel_grace,
-                    forward_logging=forward_logging)
+    return Fallback(
+        size=size,
+        initializer=initializer,
+        initargs=initargs,
+        max_tasks=max_tasks,
+        cancel_grace=cancel_grace,
+        forward_logging=forward_logging,
+    )
 
 
 def _unwrap(fn: object) -> object:
@@ -133,12 +161,23 @@ class Fallback:
     Thread-safety: as InterpreterPool (a lock guards the decisions and the pool).
     """
 
-    def __init__(self, *, size: int, initializer: Callable[..., object] | None,
-                 initargs: tuple[Any, ...], max_tasks: int | None, cancel_grace: float,
-                 forward_logging: bool = True) -> None:
-        self._options = dict(initializer=initializer, initargs=initargs,
-                             max_tasks_per_worker=max_tasks, cancel_grace=cancel_grace,
-                             forward_logging=forward_logging)
+    def __init__(
+        self,
+        *,
+        size: int,
+        initializer: Callable[..., object] | None,
+        initargs: tuple[Any, ...],
+        max_tasks: int | None,
+        cancel_grace: float,
+        forward_logging: bool = True,
+    ) -> None:
+        self._options = dict(
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks_per_worker=max_tasks,
+            cancel_grace=cancel_grace,
+            forward_logging=forward_logging,
+        )
         self._size = size
         self._lock = threading.Lock()
         self._modules: dict[str, str] = {}  # function module -> the extension module that refused
@@ -160,8 +199,13 @@ class Fallback:
                 self._processes = ProcessPool(self._size, **self._options)  # type: ignore[arg-type]
             return self._processes
 
-    def submit(self, engine: _pool._InterpreterBackend, fn: Callable[..., object], args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> Task:
+    def submit(
+        self,
+        engine: _pool._InterpreterBackend,
+        fn: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Task:
         module = module_of(fn)
         if module in self._modules:
             engine._check_open()
@@ -172,8 +216,15 @@ class Fallback:
         inner.add_done_callback(functools.partial(self._settle, outer, fn, args, kwargs, module))
         return outer
 
-    def _settle(self, outer: _RoutedTask, fn: Callable[..., object], args: tuple[Any, ...],
-                kwargs: dict[str, Any], module: str, inner: asyncio.Future[Any]) -> None:
+    def _settle(
+        self,
+        outer: _RoutedTask,
+        fn: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        module: str,
+        inner: asyncio.Future[Any],
+    ) -> None:
         if outer.done():
             return
         if inner.cancelled():
@@ -195,11 +246,17 @@ class Fallback:
             # Pointed at the function's definition: this runs in a loop callback.
             code = getattr(getattr(_unwrap(fn), "__code__", None), "co_filename", None)
             line = getattr(getattr(_unwrap(fn), "__code__", None), "co_firstlineno", 0)
-            warnings.warn_explicit(FallbackWarning(
-                f"the extension module {refused!r} refuses to load in a subinterpreter: "
-                f"functions of module {module!r} run on worker processes from now on "
-                "(InterpreterPool fallback includes 'process')"), FallbackWarning,
-                code or "<aiosubinterp>", line, module=module)
+            warnings.warn_explicit(
+                FallbackWarning(
+                    f"the extension module {refused!r} refuses to load in a subinterpreter: "
+                    f"functions of module {module!r} run on worker processes from now on "
+                    "(InterpreterPool fallback includes 'process')"
+                ),
+                FallbackWarning,
+                code or "<aiosubinterp>",
+                line,
+                module=module,
+            )
         try:
             again = self.processes().submit(fn, *args, **kwargs)
         except BaseException as err:  # noqa: BLE001 - the awaiter gets it
@@ -243,4 +300,3 @@ def _copy(source: asyncio.Future[Any], target: Task) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
-

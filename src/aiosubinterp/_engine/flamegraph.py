@@ -62,8 +62,11 @@ def folded_stacks(raw: Raw, min_fraction: float = 0.001) -> dict[tuple[Func, ...
         scale = weight / ct if ct > 0 else 0.0
         parts = []
         if len(stack) < _MAX_DEPTH:
-            parts = [(child, edge_ct * scale) for child, edge_ct in children.get(func, ())
-                     if child not in stack and child in raw]
+            parts = [
+                (child, edge_ct * scale)
+                for child, edge_ct in children.get(func, ())
+                if child not in stack and child in raw
+            ]
         # cProfile's edges can add up to more than the caller's time (a
         # generator's resumptions inside the call that drives it): squeeze
         # them into the caller's width.
@@ -134,32 +137,38 @@ def render_svg(raw: Raw, title: str, subtitle: str = "", width: int = 1200) -> s
                 share = node["total"] / total * 100
                 tip = f"{name}: {node['total']:.6f} s ({share:.1f}%)"
                 parts.append(
-                    f'<g><title>{html.escape(tip)}</title>'
+                    f"<g><title>{html.escape(tip)}</title>"
                     f'<rect x="{x:.2f}" y="{y}" width="{max(w - 0.5, 0.5):.2f}" '
-                    f'height="{row - 1}" fill="{_color(func[2])}" rx="2"/>')
+                    f'height="{row - 1}" fill="{_color(func[2])}" rx="2"/>'
+                )
                 fits = int((w - 6) / 7.2)
                 if fits >= 3:
                     text = name if len(name) <= fits else name[: fits - 2] + ".."
-                    parts.append(f'<text x="{x + 3:.2f}" y="{y + row - 5}">'
-                                 f"{html.escape(text)}</text>")
+                    parts.append(
+                        f'<text x="{x + 3:.2f}" y="{y + row - 5}">{html.escape(text)}</text>'
+                    )
                 parts.append("</g>")
                 draw(node["children"], x, level + 1)
             x += w
 
     draw(tree["children"], pad, 0)
     # The time axis: seconds of work, from 0 to the total.
-    parts.append(f'<line x1="{pad}" y1="{base + 3}" x2="{width - pad}" y2="{base + 3}" '
-                 'stroke="#555"/>')
+    parts.append(
+        f'<line x1="{pad}" y1="{base + 3}" x2="{width - pad}" y2="{base + 3}" stroke="#555"/>'
+    )
     for i in range(5):
         x = pad + (width - 2 * pad) * i / 4
         anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<line x1="{x:.2f}" y1="{base + 3}" x2="{x:.2f}" y2="{base + 8}" '
-                     f'stroke="#555"/><text x="{x:.2f}" y="{base + 21}" text-anchor="{anchor}" '
-                     f'fill="#555">{total * i / 4:.3g} s</text>')
+        parts.append(
+            f'<line x1="{x:.2f}" y1="{base + 3}" x2="{x:.2f}" y2="{base + 8}" '
+            f'stroke="#555"/><text x="{x:.2f}" y="{base + 21}" text-anchor="{anchor}" '
+            f'fill="#555">{total * i / 4:.3g} s</text>'
+        )
     parts.append(
         f'<text x="{pad}" y="{height - 8}" fill="#555">width: time in the workers '
         f"(total {total:.3f} s, summed over interpreters); bottom: the tasks, above: what they "
-        "called; hover a frame for its seconds</text>")
+        "called; hover a frame for its seconds</text>"
+    )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -185,16 +194,26 @@ def speedscope_json(raw: Raw, name: str) -> str:
     doc = {
         "$schema": "https://www.speedscope.app/file-format-schema.json",
         "shared": {"frames": frames},
-        "profiles": [{"type": "sampled", "name": name, "unit": "seconds", "startValue": 0,
-                      "endValue": total, "samples": samples, "weights": weights}],
+        "profiles": [
+            {
+                "type": "sampled",
+                "name": name,
+                "unit": "seconds",
+                "startValue": 0,
+                "endValue": total,
+                "samples": samples,
+                "weights": weights,
+            }
+        ],
         "name": name,
         "exporter": "aiosubinterp",
     }
     return json.dumps(doc)
 
 
-def text_report(merged: pstats.Stats, per_interpreter: dict[int, pstats.Stats], heading: str,
-                limit: int = 25) -> str:
+def text_report(
+    merged: pstats.Stats, per_interpreter: dict[int, pstats.Stats], heading: str, limit: int = 25
+) -> str:
     """pstats' tables, top `limit` functions by cumulative time: merged, then per interpreter."""
     out = io.StringIO()
     out.write(f"{heading}\n\n")

@@ -28,7 +28,7 @@ _LOGGER = _base.LOGGER
 class FutureOwner(Protocol):
     """What a Future asks of the executor side that made it (executor._Completions)."""
 
-    pending: dict[int, Any]         # tid -> Future, still to be completed
+    pending: dict[int, Any]  # tid -> Future, still to be completed
 
     def withdraw(self, tid: int) -> bool:
         """Take the queued job off the queue; False if a worker took it."""

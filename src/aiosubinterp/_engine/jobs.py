@@ -35,8 +35,9 @@ _ERROR = _core.STATUS_ERROR
 _LOCAL_ERROR = _core.STATUS_LOCAL_ERROR
 
 
-def call_payload(fn: object, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 context: Any, *, nested: bool = False) -> tuple[object, ...]:
+def call_payload(
+    fn: object, args: tuple[Any, ...], kwargs: dict[str, Any], context: Any, *, nested: bool = False
+) -> tuple[object, ...]:
     """The payload that asks a worker to call fn(*args, **kwargs).
 
     ``(module, qualname, args, kwargs)``, plus the caller's values of the
@@ -61,8 +62,15 @@ def output_bits(forwarding: bool) -> int:
     return (sys.stdout is not sys.__stdout__) | (sys.stderr is not sys.__stderr__) << 1
 
 
-def encode_error(exc: BaseException, payload: object, fn: object, args: tuple[Any, ...],
-                 kwargs: dict[str, Any] | None, *, nested: bool = False) -> BaseException:
+def encode_error(
+    exc: BaseException,
+    payload: object,
+    fn: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    *,
+    nested: bool = False,
+) -> BaseException:
     """What submit() raises when encoding its job raised exc.
 
     exc itself when it is not about the values (NotShareableError,
@@ -78,8 +86,7 @@ def encode_error(exc: BaseException, payload: object, fn: object, args: tuple[An
         found = _context.explain(payload[4])
         if found is not None:
             return found
-    error: BaseException = _marshal.explain_unshareable(fn, args, kwargs or {}, exc,
-                                                        nested=nested)
+    error: BaseException = _marshal.explain_unshareable(fn, args, kwargs or {}, exc, nested=nested)
     return error
 
 
@@ -94,8 +101,13 @@ class JobFuture(Protocol):
         """The job reported STATUS_CANCELLED: mark the future cancelled, asking no owner."""
 
 
-def complete(fut: JobFuture, status: int, value: object, name: str | None = None,
-             rebuild_error: Callable[[Any], BaseException] = rebuild) -> None:
+def complete(
+    fut: JobFuture,
+    status: int,
+    value: object,
+    name: str | None = None,
+    rebuild_error: Callable[[Any], BaseException] = rebuild,
+) -> None:
     """Set a finished job's outcome on its future: the one status -> outcome mapping.
 
     status is one of ``_core.STATUS_*``. OK: value is the result. ERROR: value

@@ -123,13 +123,16 @@ def main_ref() -> tuple[str, str] | None:
 def check_names(preload: object) -> tuple[str, ...]:
     """preload as a tuple of module names; a TypeError saying what is wrong otherwise."""
     if isinstance(preload, str):
-        raise TypeError(f"preload must be an iterable of module names, not the string {preload!r}: "
-                        f"write preload=({preload!r},)")
+        raise TypeError(
+            f"preload must be an iterable of module names, not the string {preload!r}: "
+            f"write preload=({preload!r},)"
+        )
     try:
         names: tuple[object, ...] = tuple(preload)  # type: ignore[arg-type]
     except TypeError:
-        raise TypeError("preload must be an iterable of module names, got "
-                        f"{type(preload).__name__}") from None
+        raise TypeError(
+            f"preload must be an iterable of module names, got {type(preload).__name__}"
+        ) from None
     for name in names:
         if not isinstance(name, str) or not name:
             raise TypeError(f"preload must contain module names (str), got {name!r}")
@@ -154,8 +157,8 @@ class Lifecycle:
     leave, and when the state changes.
     """
 
-    _kind = "pool"                 # in messages: "this pool is closed"
-    _unit = "interpreter"          # one worker, in messages
+    _kind = "pool"  # in messages: "this pool is closed"
+    _unit = "interpreter"  # one worker, in messages
     _on_exit_without_close = "they are destroyed at exit otherwise"
 
     def __init__(
@@ -173,18 +176,18 @@ class Lifecycle:
         """Check what every pool takes; a clear error, raised here, for a bad value."""
         check_main_interpreter(type(self).__name__)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int (number of {self._unit}s), "
-                             f"got {size!r}")
+            raise ValueError(f"size must be a positive int (number of {self._unit}s), got {size!r}")
         names = check_names(preload)
         if initializer is not None and not callable(initializer):
-            raise TypeError("initializer must be callable or None, got "
-                            f"{type(initializer).__name__}")
+            raise TypeError(
+                f"initializer must be callable or None, got {type(initializer).__name__}"
+            )
         if not isinstance(initargs, tuple):
             raise TypeError(f"initargs must be a tuple, got {type(initargs).__name__}")
         if max_tasks is not None and (
-                isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
-            raise ValueError(f"{max_tasks_name} must be None or a positive int, "
-                             f"got {max_tasks!r}")
+            isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
+        ):
+            raise ValueError(f"{max_tasks_name} must be None or a positive int, got {max_tasks!r}")
         # NaN would make a cancel wait forever; math.inf means "never replace".
         grace = _timeouts.seconds(cancel_grace, "cancel_grace")
         self._size = size
@@ -303,8 +306,9 @@ class Lifecycle:
 
     def _fail_start(self, cause: BaseException) -> None:
         """The first worker failed to start (the others were not started): broken."""
-        broken = BrokenPoolError(f"the {self._kind} could not start its {self._unit}s: "
-                                 f"{type(cause).__name__}: {cause}")
+        broken = BrokenPoolError(
+            f"the {self._kind} could not start its {self._unit}s: {type(cause).__name__}: {cause}"
+        )
         broken.__cause__ = cause
         with self._lock:
             self._broken = broken
@@ -322,9 +326,15 @@ class Lifecycle:
         if alone:
             self._break(error)
             return
-        _log.warning("a %s of %r failed to start after the first one was ready; the %s goes "
-                     "on with the %ss it has", self._unit, self, self._kind, self._unit,
-                     exc_info=error)
+        _log.warning(
+            "a %s of %r failed to start after the first one was ready; the %s goes "
+            "on with the %ss it has",
+            self._unit,
+            self,
+            self._kind,
+            self._unit,
+            exc_info=error,
+        )
 
     def _break(self, error: BaseException) -> None:
         """The last worker is gone and its replacement failed to start: the pool is broken."""
@@ -383,8 +393,7 @@ class Lifecycle:
         if self._broken is not None:
             raise BrokenPoolError(str(self._broken)) from self._broken
         if self._state.is_shut:
-            raise PoolClosedError(f"this {self._kind} was closed while its {self._unit}s "
-                                  "started")
+            raise PoolClosedError(f"this {self._kind} was closed while its {self._unit}s started")
 
     async def __aenter__(self) -> Self:
         try:
@@ -460,8 +469,9 @@ class Lifecycle:
             warnings.warn(message, RuntimeWarning, stacklevel=2, skip_file_prefixes=_OUR_FILES)
 
     def _finish_close(self) -> None:
-        self._fail_queued(PoolClosedError(
-            f"this {self._kind} was closed before the task could run"))
+        self._fail_queued(
+            PoolClosedError(f"this {self._kind} was closed before the task could run")
+        )
         with self._lock:
             self._state = PoolState.CLOSED
             self._changed.notify_all()

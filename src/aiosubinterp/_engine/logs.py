@@ -86,10 +86,16 @@ class RecordSink:
             try:
                 self._handle(item)
             except Exception:  # noqa: BLE001 - one bad record must not stop the others
-                logging.lastResort.handle(logging.makeLogRecord({  # type: ignore[union-attr]
-                    "name": "aiosubinterp", "levelno": logging.ERROR, "levelname": "ERROR",
-                    "msg": f"aiosubinterp: could not handle a log record from a worker: {item!r}",
-                }))
+                logging.lastResort.handle(  # type: ignore[union-attr]
+                    logging.makeLogRecord(
+                        {
+                            "name": "aiosubinterp",
+                            "levelno": logging.ERROR,
+                            "levelname": "ERROR",
+                            "msg": f"aiosubinterp: could not handle a log record from a worker: {item!r}",  # noqa: E501
+                        }
+                    )
+                )
 
     def _handle(self, item: tuple[Any, ...]) -> None:
         if item[0] == OUTPUT:  # to main's stream of that name, as it is now
@@ -125,8 +131,9 @@ class RecordSink:
         if registry is None:
             registry = self._registries[key] = {}
         try:
-            warnings.warn_explicit(text, category, filename, lineno, module=module,
-                                   registry=registry)
+            warnings.warn_explicit(
+                text, category, filename, lineno, module=module, registry=registry
+            )
         except Warning as exc:  # main's filters say "error"
             sys.unraisablehook(_Unraisable(exc, interp_id))  # type: ignore[arg-type]
 
@@ -134,7 +141,11 @@ class RecordSink:
         _log.warning(
             "interpreter %d dropped %d log records: they came faster than the main "
             "interpreter handled them (at most %d wait). Log less, or at a level the "
-            "main interpreter drops", interp_id, dropped, self._maxsize)
+            "main interpreter drops",
+            interp_id,
+            dropped,
+            self._maxsize,
+        )
 
 
 class LogConsumer(RecordSink):
@@ -245,6 +256,8 @@ class _Unraisable:
         self.exc_type = type(exc)
         self.exc_value = exc
         self.exc_traceback = None
-        self.err_msg = (f"aiosubinterp: a warning from interpreter {interp_id}, which "
-                        "the main interpreter's warnings filters turn into an error")
+        self.err_msg = (
+            f"aiosubinterp: a warning from interpreter {interp_id}, which "
+            "the main interpreter's warnings filters turn into an error"
+        )
         self.object = None

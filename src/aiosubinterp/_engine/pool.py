@@ -28,7 +28,7 @@ from aiosubinterp._introspect import InterpreterInfo
 __all__ = ["Interpreter", "InterpreterPool", "run"]
 
 _COROUTINES = coroutines_supported()  # fixed for the process: checked at every submit
-_call_payload = _jobs.call_payload   # module globals: read at every submit
+_call_payload = _jobs.call_payload  # module globals: read at every submit
 _output_bits = _jobs.output_bits
 # Coroutines one interpreter may run at once (each slot is a few bytes; the
 # bound catches a typo such as 10**6 before it allocates).
@@ -91,21 +91,31 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
         private_copies: bool = False,
         context_vars: Iterable[contextvars.ContextVar[Any]] | None = None,
     ) -> None:
-        super().__init__(size, preload=preload, initializer=initializer, initargs=initargs,
-                         max_tasks=max_tasks_per_interpreter,
-                         max_tasks_name="max_tasks_per_interpreter", cancel_grace=cancel_grace,
-                         concurrency=concurrency_per_interpreter)
-        if (isinstance(concurrency_per_interpreter, bool)
-                or not isinstance(concurrency_per_interpreter, int)
-                or not 1 <= concurrency_per_interpreter <= _MAX_CONCURRENCY):
+        super().__init__(
+            size,
+            preload=preload,
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks=max_tasks_per_interpreter,
+            max_tasks_name="max_tasks_per_interpreter",
+            cancel_grace=cancel_grace,
+            concurrency=concurrency_per_interpreter,
+        )
+        if (
+            isinstance(concurrency_per_interpreter, bool)
+            or not isinstance(concurrency_per_interpreter, int)
+            or not 1 <= concurrency_per_interpreter <= _MAX_CONCURRENCY
+        ):
             raise ValueError(
                 "concurrency_per_interpreter must be an int from 1 to "
                 f"{_MAX_CONCURRENCY} (coroutines one interpreter runs at once), "
                 f"got {concurrency_per_interpreter!r}"
             )
-        if idle_spin is not None and (isinstance(idle_spin, bool)
-                                      or not isinstance(idle_spin, (int, float))
-                                      or not 0 <= idle_spin <= 1):
+        if idle_spin is not None and (
+            isinstance(idle_spin, bool)
+            or not isinstance(idle_spin, (int, float))
+            or not 0 <= idle_spin <= 1
+        ):
             raise ValueError(
                 "idle_spin must be None (the default, 100 microseconds) or a number of seconds "
                 "from 0 to 1 an idle interpreter polls for work before it sleeps, got "
@@ -186,19 +196,23 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
     # -- the lifecycle's backend hooks --------------------------------------------
 
     def _bootstrap(self) -> str:
-        return _BOOTSTRAP.format(path=list(sys.path),
-                                 blocked=_quirks.blocked_modules(self._copies is not None))
+        return _BOOTSTRAP.format(
+            path=list(sys.path), blocked=_quirks.blocked_modules(self._copies is not None)
+        )
 
     def _new_worker(self) -> tuple[_core.Worker | None, BaseException | None]:
         """Create and start one worker (blocking). Returns (worker, None) or (None, error)."""
         _quirks.prime_arg_parsers()  # gh-119213, see _quirks
         if not _quirks.wait_until_no_worker_is_stuck(self._no_worker_needed):
-            return None, RuntimeError(f"the {self._kind} closed before a new interpreter could "
-                                      "start (a worker given up on was still in a C call)")
+            return None, RuntimeError(
+                f"the {self._kind} closed before a new interpreter could "
+                "start (a worker given up on was still in a C call)"
+            )
         with self._lock:
             setup = self._setup()
-        worker = _core.Worker(self._queue, self._bootstrap(), setup, self._max_tasks,
-                              self._concurrency, self._grace)
+        worker = _core.Worker(
+            self._queue, self._bootstrap(), setup, self._max_tasks, self._concurrency, self._grace
+        )
         try:
             failure = worker.start()
         except BaseException as exc:  # noqa: BLE001
@@ -213,7 +227,8 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
         """Closed, or closing with nothing queued: a new worker would serve nothing."""
         state = self._state
         return not state.drains or (
-            state is _lifecycle.PoolState.CLOSING and self._queue.qsize() == 0)
+            state is _lifecycle.PoolState.CLOSING and self._queue.qsize() == 0
+        )
 
     def _start_one(self) -> BaseException | None:
         """Start one worker and list it at once, so a task it runs can be cancelled."""
@@ -290,7 +305,8 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
             "to stop. CPython cannot destroy an interpreter while another of its threads "
             "runs, so it stays alive and keeps its memory; at exit it is destroyed if those "
             "threads ended by then, else the process exits with status 70. Join the "
-            "threads a task starts before it returns.")
+            "threads a task starts before it returns."
+        )
 
     def _fail_queued(self, exc: BaseException) -> None:
         self._queue.fail_queued(describe_exception(exc))
@@ -304,8 +320,12 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
                 _admin.spawn(w.interrupt, tid)
 
     def _counts(self) -> tuple[int, int, int, int]:
-        return (self._queue.busy(), self._queue.running(), self._queue.qsize(),
-                self._queue.completed())
+        return (
+            self._queue.busy(),
+            self._queue.running(),
+            self._queue.qsize(),
+            self._queue.completed(),
+        )
 
     def _listed(self) -> int:
         return len(self._workers)
@@ -320,8 +340,15 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
             self._path = path
         self._output = output
 
-    def _submit(self, kind: int, payload: object, name: str, fn: object = None,
-                args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Task:
+    def _submit(
+        self,
+        kind: int,
+        payload: object,
+        name: str,
+        fn: object = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Task:
         loop = _hub.running_loop(f"{type(self).__name__}.submit()")
         self._check_open()
         hub = _hub.hub_for(loop)
@@ -341,9 +368,16 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
     # function that captures nothing crosses as its code; messages say so.
     _nested_calls = False
 
-    def _enqueue(self, tid: int, payload: object, hub: _core.Hub, fn: object = None,
-                 args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
-                 kind: int = _core.JOB_KIND_CALL) -> None:
+    def _enqueue(
+        self,
+        tid: int,
+        payload: object,
+        hub: _core.Hub,
+        fn: object = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        kind: int = _core.JOB_KIND_CALL,
+    ) -> None:
         """Put job tid on the queue; its completion goes to hub. The one enqueue step of
         InterpreterPool, Interpreter and the InterpreterPoolExecutor.
 
@@ -363,8 +397,7 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
                 self._check_open()  # closed between the caller's check and now
                 raise
             # Otherwise encoding failed (perhaps a __reduce__ that raises RuntimeError).
-            error = _jobs.encode_error(exc, payload, fn, args, kwargs,
-                                       nested=self._nested_calls)
+            error = _jobs.encode_error(exc, payload, fn, args, kwargs, nested=self._nested_calls)
             if error is exc:
                 raise
             raise error from exc
@@ -399,8 +432,9 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
         self._check_open()
         return _profiling.start(self)
 
-    def _submit_to_interpreters(self, fn: Callable[..., object], args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> Task:
+    def _submit_to_interpreters(
+        self, fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Task:
         """submit() in an interpreter, whatever the fallback (the fallback router's way in)."""
         if not _COROUTINES and _is_coroutine_function(fn):
             raise RuntimeError(coroutine_refusal(f"async function {_name_of(fn)}"))
@@ -433,8 +467,7 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
         # with the wait for the task to stop.
         deadline = time.monotonic() + self._grace
         delivered = worker.interrupt(tid, self._grace)
-        if (worker.wait_idle(tid, max(0.0, deadline - time.monotonic()))
-                or not self._replace_stuck):
+        if worker.wait_idle(tid, max(0.0, deadline - time.monotonic())) or not self._replace_stuck:
             return
         # The task ignores the interruption (blocked in C, or catching it):
         # give up on this worker and put a fresh one in its slot.
@@ -482,7 +515,8 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
             # retires meanwhile is replaced while there is work left.
             replace = worker is not None and (
                 self._state.is_live
-                or (self._state is _lifecycle.PoolState.CLOSING and self._queue.qsize() > 0))
+                or (self._state is _lifecycle.PoolState.CLOSING and self._queue.qsize() > 0)
+            )
             if replace:
                 self._pending_adds += 1
             if worker is not None and not replace:
@@ -521,6 +555,7 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
             return
         if alone and error is not None:
             self._break(error)
+
 
 class InterpreterPool(_InterpreterBackend):
     """A pool of interpreters, each with its own GIL and its own OS thread.
@@ -631,13 +666,19 @@ class InterpreterPool(_InterpreterBackend):
             raise ValueError(
                 "InterpreterPool(context_vars=...) cannot be combined with fallback='process' "
                 "yet: the worker processes would run the calls without the context variables. "
-                "Use fallback=None or 'copy', or pass the values as arguments.")
+                "Use fallback=None or 'copy', or pass the values as arguments."
+            )
         # fallback="process": a ProcessPool for what interpreters refuse
         # (aiosubinterp._engine.fallback).
         self._fallback = _fallback.make(
-            fallback, size=size, initializer=initializer, initargs=initargs,
-            max_tasks=max_tasks_per_interpreter, cancel_grace=cancel_grace,
-            forward_logging=forward_logging)
+            fallback,
+            size=size,
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks=max_tasks_per_interpreter,
+            cancel_grace=cancel_grace,
+            forward_logging=forward_logging,
+        )
         super().__init__(
             size,
             preload=preload,
@@ -648,8 +689,7 @@ class InterpreterPool(_InterpreterBackend):
             concurrency_per_interpreter=concurrency_per_interpreter,
             idle_spin=idle_spin,
             forward_logging=forward_logging,
-            private_copies=_fallback.wants_copies(_fallback.parse(fallback),
-                                                      "InterpreterPool"),
+            private_copies=_fallback.wants_copies(_fallback.parse(fallback), "InterpreterPool"),
             context_vars=context_vars,
         )
         router = self._fallback
@@ -710,10 +750,16 @@ class Interpreter(_InterpreterBackend):
     ) -> None:
         """Arguments as InterpreterPool's (preload, initializer, initargs, forward_logging,
         context_vars; fallback: None or ``"copy"``). ``exec()`` carries no context variables."""
-        super().__init__(1, preload=preload, initializer=initializer, initargs=initargs,
-                         replace_stuck=False, forward_logging=forward_logging,
-                         private_copies=_fallback.copies_only(fallback, "Interpreter"),
-                         context_vars=context_vars)
+        super().__init__(
+            1,
+            preload=preload,
+            initializer=initializer,
+            initargs=initargs,
+            replace_stuck=False,
+            forward_logging=forward_logging,
+            private_copies=_fallback.copies_only(fallback, "Interpreter"),
+            context_vars=context_vars,
+        )
         self._tasks = weakref.WeakValueDictionary()
 
     def _worker(self) -> _core.Worker | None:
@@ -747,8 +793,11 @@ class Interpreter(_InterpreterBackend):
     def is_alive(self) -> bool:
         """True from start until close: the interpreter exists and serves tasks."""
         worker = self._worker()
-        return (worker is not None and worker.state == "ready"
-                and self._state is _lifecycle.PoolState.RUNNING)
+        return (
+            worker is not None
+            and worker.state == "ready"
+            and self._state is _lifecycle.PoolState.RUNNING
+        )
 
     def is_running(self) -> bool:
         """True while a task runs in it (False while idle, queued work does not count)."""
@@ -822,7 +871,9 @@ def _default_fallback() -> str | tuple[str, ...] | None:
     try:
         _fallback.parse(value)
     except ValueError as exc:
-        raise ValueError(f"the environment variable AIOSUBINTERP_FALLBACK={raw!r} is not a "
-                         "fallback: use copy, process or copy,process (or unset it). "
-                         f"{exc}") from None
+        raise ValueError(
+            f"the environment variable AIOSUBINTERP_FALLBACK={raw!r} is not a "
+            "fallback: use copy, process or copy,process (or unset it). "
+            f"{exc}"
+        ) from None
     return value

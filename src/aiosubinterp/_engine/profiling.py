@@ -150,10 +150,19 @@ class Profile:
             # The pool's context_vars: the worker sets them around the outer
             # call (run_profiled), and so around the task it runs.
             inner, context = payload[:4], payload[4]  # type: ignore[index]
-            return _core.JOB_KIND_CALL, (_WORKER_MODULE, _WORKER_FUNCTION,
-                                         (self._send, kind, inner), (), context)
-        return _core.JOB_KIND_CALL, (_WORKER_MODULE, _WORKER_FUNCTION,
-                                     (self._send, kind, payload), ())
+            return _core.JOB_KIND_CALL, (
+                _WORKER_MODULE,
+                _WORKER_FUNCTION,
+                (self._send, kind, inner),
+                (),
+                context,
+            )
+        return _core.JOB_KIND_CALL, (
+            _WORKER_MODULE,
+            _WORKER_FUNCTION,
+            (self._send, kind, payload),
+            (),
+        )
 
     def _drain(self) -> None:
         from aiosubinterp._errors import EndOfChannel, WouldBlock
@@ -245,15 +254,23 @@ class Profile:
     def __enter__(self) -> Profile:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     async def __aenter__(self) -> Profile:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -270,7 +287,8 @@ def start(engine: Any) -> Profile:
     if current is not None and not current.closed and current is not _process_profile:
         raise RuntimeError(
             f"{type(engine).__name__}.profile(): this {engine._kind} is already being profiled "
-            "(a profile is on until its block ends or close()); close that one first")
+            "(a profile is on until its block ends or close()); close that one first"
+        )
     profile = Profile(current if current is not None and not current.closed else None)
     profile._attach(engine)
     return profile
@@ -300,8 +318,10 @@ def write_outputs(profile: Profile, out: str, title: str) -> list[str]:
     raw = profile.raw()
     per = profile.per_interpreter()
     total = sum(v[3] for v in raw.values() if not v[4])  # the roots' cumulative times
-    summary = (f"{profile.tasks} task{'s' if profile.tasks != 1 else ''} profiled in "
-               f"{len(per)} interpreter{'s' if len(per) != 1 else ''}, {total:.3f} s of work")
+    summary = (
+        f"{profile.tasks} task{'s' if profile.tasks != 1 else ''} profiled in "
+        f"{len(per)} interpreter{'s' if len(per) != 1 else ''}, {total:.3f} s of work"
+    )
     written = []
 
     def put(name: str, data: str | bytes) -> None:
@@ -312,9 +332,15 @@ def write_outputs(profile: Profile, out: str, title: str) -> list[str]:
 
     put("profile.txt", flamegraph.text_report(make_stats(raw), per, f"{title}: {summary}"))
     put("profile.pstats", marshal.dumps(raw))
-    put("flamegraph.svg", flamegraph.render_svg(
-        raw, title, f"{summary}; stacks estimated from cProfile's caller -> callee times "
-        "(exact for the two lowest rows, approximate above)"))
+    put(
+        "flamegraph.svg",
+        flamegraph.render_svg(
+            raw,
+            title,
+            f"{summary}; stacks estimated from cProfile's caller -> callee times "
+            "(exact for the two lowest rows, approximate above)",
+        ),
+    )
     put("profile.speedscope.json", flamegraph.speedscope_json(raw, title))
     return written
 
@@ -330,8 +356,9 @@ def profile_script(script: str, args: list[str], out: str) -> int:
 
     path = os.path.abspath(script)
     if not os.path.isfile(path):
-        raise ValueError(f"cannot profile {script!r}: no such file (give the path of a Python "
-                         "script)")
+        raise ValueError(
+            f"cannot profile {script!r}: no such file (give the path of a Python script)"
+        )
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"-o {out!r} is a file; give a folder for the report files")
     why = profiling_unsupported()
@@ -354,6 +381,8 @@ def profile_script(script: str, args: list[str], out: str) -> int:
         stop_process_profile()
         sys.argv[:], sys.path[:] = saved_argv, saved_path
         written = write_outputs(profile, out, f"aiosubinterp profile: {os.path.basename(path)}")
-        print(f"aiosubinterp profile: {profile.tasks} tasks profiled; wrote "
-              + ", ".join(written), file=sys.stderr)
+        print(
+            f"aiosubinterp profile: {profile.tasks} tasks profiled; wrote " + ", ".join(written),
+            file=sys.stderr,
+        )
     return status

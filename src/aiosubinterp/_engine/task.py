@@ -58,8 +58,9 @@ class Task(asyncio.Future[Any]):
     Thread-safety: like any asyncio future, use it from its loop's thread.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, owner: TaskOwner, tid: int, name: str,
-                 hub: Any) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, owner: TaskOwner, tid: int, name: str, hub: Any
+    ) -> None:
         super().__init__(loop=loop)
         self._owner = owner
         self._tid = tid

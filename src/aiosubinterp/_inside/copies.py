@@ -51,7 +51,7 @@ STATS_FILE = ".copies"  # one line per copy: module, bytes, seconds (read by mai
 # Packages a copy cannot make safe for reasons their binaries do not show.
 DENIED = {
     "uvloop": "libuv inside it installs process-wide signal and child-process handlers, "
-              "which two copies (and the main interpreter's event loop) would fight over",
+    "which two copies (and the main interpreter's event loop) would fight over",
 }
 
 
@@ -61,7 +61,9 @@ def _refused(name: str, why: str) -> ImportError:
     return ModuleRefusedError(
         f"the extension module {name!r} refuses to load in a subinterpreter with its own GIL, "
         f"and a private copy cannot isolate it: {why}. Run it on processes instead "
-        "(InterpreterPool(fallback=('copy', 'process')), or ProcessPool).", name=name)
+        "(InterpreterPool(fallback=('copy', 'process')), or ProcessPool).",
+        name=name,
+    )
 
 
 class PrivateCopies:
@@ -108,9 +110,12 @@ class PrivateCopies:
         kind = _kind(path)
         if kind == "single":
             # Refused by CPython in any case; its init would first run in main.
-            raise _refused(name, "it is a single-phase extension module (its init function "
-                                 "runs in the main interpreter, where it would bind to main's "
-                                 "state)")
+            raise _refused(
+                name,
+                "it is a single-phase extension module (its init function "
+                "runs in the main interpreter, where it would bind to main's "
+                "state)",
+            )
         if top not in self.packages:
             _override(0)  # the interpreter's own check, even inside a lifted section
             try:
@@ -290,8 +295,9 @@ def install(root: str) -> PrivateCopies:
     """
     import warnings
 
-    warnings.filterwarnings("ignore", message="NumPy was imported from a Python sub-interpreter",
-                            category=UserWarning)
+    warnings.filterwarnings(
+        "ignore", message="NumPy was imported from a Python sub-interpreter", category=UserWarning
+    )
     copies = PrivateCopies(root)
     sys.meta_path.insert(0, copies)
     return copies

@@ -29,8 +29,12 @@ _PT_LOAD, _PT_DYNAMIC = 1, 2
 _SHT_DYNSYM = 11
 _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 1, 4, 5, 6, 10
 _DT_SONAME, _DT_RPATH, _DT_RUNPATH, _DT_GNU_HASH = 14, 15, 29, 0x6FFFFEF5
-_ET_NAMES = {0: "an untyped ELF file", 1: "a relocatable object file", 2: "an executable",
-             4: "a core dump"}
+_ET_NAMES = {
+    0: "an untyped ELF file",
+    1: "a relocatable object file",
+    2: "an executable",
+    4: "a core dump",
+}
 _EXPORT_PREFIXES = ("PyInit_", "PyModExport_")
 # ELF64 and ELF32 layouts (byte order prefixed at use): header, program
 # header, section header, symbol, dynamic entry; the symbol's field order differs.
@@ -57,8 +61,14 @@ class DynamicInfo:
 
     __slots__ = ("exported", "needed", "runpath", "soname", "undefined")
 
-    def __init__(self, undefined: frozenset[str], exported: frozenset[str],
-                 needed: tuple[str, ...], runpath: tuple[str, ...], soname: str | None) -> None:
+    def __init__(
+        self,
+        undefined: frozenset[str],
+        exported: frozenset[str],
+        needed: tuple[str, ...],
+        runpath: tuple[str, ...],
+        soname: str | None,
+    ) -> None:
         self.undefined = undefined
         self.exported = exported
         self.needed = needed
@@ -66,9 +76,11 @@ class DynamicInfo:
         self.soname = soname
 
     def __repr__(self) -> str:
-        return (f"DynamicInfo(undefined=<{len(self.undefined)} names>, "
-                f"exported={sorted(self.exported)}, needed={self.needed}, "
-                f"runpath={self.runpath}, soname={self.soname!r})")
+        return (
+            f"DynamicInfo(undefined=<{len(self.undefined)} names>, "
+            f"exported={sorted(self.exported)}, needed={self.needed}, "
+            f"runpath={self.runpath}, soname={self.soname!r})"
+        )
 
 
 class _Reader:
@@ -95,8 +107,9 @@ class _Reader:
     def read(self, offset: int, size: int, what: str) -> bytes:
         """Exactly size bytes at offset: a corrupt field cannot make us read past the end."""
         if offset < 0 or size < 0 or offset + size > self.size:
-            raise self.corrupt(f"{what} ({size} bytes at offset {offset}) is outside "
-                               f"the file's {self.size} bytes")
+            raise self.corrupt(
+                f"{what} ({size} bytes at offset {offset}) is outside the file's {self.size} bytes"
+            )
         self.f.seek(offset)
         data = self.f.read(size)
         if len(data) != size:
@@ -130,8 +143,10 @@ def _header(r: _Reader) -> tuple[int, ...]:
     if head[:4] != b"\x7fELF":
         raise ValueError(f"not an ELF shared object: {r.path} starts with {head[:16]!r}")
     if len(head) < 6 or head[4] not in _LAYOUT or head[5] not in (1, 2):
-        raise ValueError(f"unsupported ELF file: {r.path}: class byte {head[4:5]!r} (1: 32-bit, "
-                         f"2: 64-bit), data byte {head[5:6]!r} (1: little, 2: big endian)")
+        raise ValueError(
+            f"unsupported ELF file: {r.path}: class byte {head[4:5]!r} (1: 32-bit, "
+            f"2: 64-bit), data byte {head[5:6]!r} (1: little, 2: big endian)"
+        )
     r.end = "<" if head[5] == 1 else ">"
     r.layout = _LAYOUT[head[4]]
     r.word = 8 if head[4] == 2 else 4
@@ -142,8 +157,9 @@ def _header(r: _Reader) -> tuple[int, ...]:
     return fields[5:]
 
 
-def _symbols(r: _Reader, shoff: int, shnum: int, dyn: dict[int, int]) -> tuple[
-        list[tuple[int, ...]], bytes]:
+def _symbols(
+    r: _Reader, shoff: int, shnum: int, dyn: dict[int, int]
+) -> tuple[list[tuple[int, ...]], bytes]:
     """The dynamic symbol table (st_name, st_info, st_shndx) and its string table.
 
     From the SHT_DYNSYM section if there is one. Otherwise (no section
@@ -164,8 +180,9 @@ def _symbols(r: _Reader, shoff: int, shnum: int, dyn: dict[int, int]) -> tuple[
         count = _symbol_count(r, dyn)
         if count < 0:
             return [], b""
-        strtab = r.read(r.offset_of(dyn[_DT_STRTAB], "DT_STRTAB"), dyn.get(_DT_STRSZ, 0),
-                        "DT_STRTAB")
+        strtab = r.read(
+            r.offset_of(dyn[_DT_STRTAB], "DT_STRTAB"), dyn.get(_DT_STRSZ, 0), "DT_STRTAB"
+        )
         entries = r.table(sym, r.offset_of(dyn[_DT_SYMTAB], "DT_SYMTAB"), count, "DT_SYMTAB")
     if r.word == 8:
         return [(e[0], e[1], e[3]) for e in entries], strtab
@@ -181,8 +198,7 @@ def _symbol_count(r: _Reader, dyn: dict[int, int]) -> int:
     at = r.offset_of(dyn[_DT_GNU_HASH], "DT_GNU_HASH")
     nbuckets, symoffset, bloom_words, _ = r.table("IIII", at, 1, "DT_GNU_HASH")[0]
     buckets_at = at + 16 + bloom_words * r.word
-    last = max((b[0] for b in r.table("I", buckets_at, nbuckets, "DT_GNU_HASH buckets")),
-               default=0)
+    last = max((b[0] for b in r.table("I", buckets_at, nbuckets, "DT_GNU_HASH buckets")), default=0)
     if last < symoffset:
         return symoffset  # no hashed symbol: only the unhashed ones below symoffset
     # The highest bucket's chain ends at the last symbol: the one whose chain
@@ -212,7 +228,8 @@ def read_dynamic(path: str) -> DynamicInfo:
 def _read(r: _Reader) -> DynamicInfo:
     phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _ = _header(r)
     if (phnum and phentsize != struct.calcsize(r.layout[1])) or (
-            shnum and shentsize != struct.calcsize(r.layout[2])):
+        shnum and shentsize != struct.calcsize(r.layout[2])
+    ):
         raise r.corrupt(f"header entry sizes {phentsize}, {shentsize} do not match its class")
     if shoff and not shnum:  # more than 0xff00 sections: section 0's sh_size counts them
         shnum = r.table(r.layout[2], shoff, 1, "section header 0")[0][5]
@@ -224,8 +241,9 @@ def _read(r: _Reader) -> DynamicInfo:
     r.loads = [p[1:] for p in programs if p[0] == _PT_LOAD]
     dynamic = next((p for p in programs if p[0] == _PT_DYNAMIC), None)
     if dynamic is None:
-        raise ValueError(f"not an ELF shared object: {r.path} has no dynamic section "
-                         "(statically linked?)")
+        raise ValueError(
+            f"not an ELF shared object: {r.path} has no dynamic section (statically linked?)"
+        )
     entries = r.table(r.layout[4], dynamic[1], dynamic[3] // (2 * r.word), "PT_DYNAMIC")
     dyn: dict[int, int] = {}
     lists: dict[int, list[int]] = {_DT_NEEDED: [], _DT_RPATH: [], _DT_RUNPATH: []}
@@ -237,11 +255,16 @@ def _read(r: _Reader) -> DynamicInfo:
             lists[tag].append(value)
     strtab = b""
     if _DT_STRTAB in dyn:
-        strtab = r.read(r.offset_of(dyn[_DT_STRTAB], "DT_STRTAB"), dyn.get(_DT_STRSZ, 0),
-                        "DT_STRTAB")
+        strtab = r.read(
+            r.offset_of(dyn[_DT_STRTAB], "DT_STRTAB"), dyn.get(_DT_STRSZ, 0), "DT_STRTAB"
+        )
     needed = tuple(_string(r, strtab, v) for v in lists[_DT_NEEDED])
-    runpath = tuple(e for v in lists[_DT_RUNPATH] or lists[_DT_RPATH]
-                    for e in _string(r, strtab, v).split(":") if e)
+    runpath = tuple(
+        e
+        for v in lists[_DT_RUNPATH] or lists[_DT_RPATH]
+        for e in _string(r, strtab, v).split(":")
+        if e
+    )
     soname = _string(r, strtab, dyn[_DT_SONAME]) if _DT_SONAME in dyn else None
     symbols, symstr = _symbols(r, shoff, shnum, dyn)
     undefined: set[str] = set()
@@ -279,7 +302,8 @@ def init_kind(info: DynamicInfo) -> str:
     if {"PyModule_Create2", "PyModule_Create2TraceRefs"} & info.undefined:
         return "single"
     if "PyModuleDef_Init" in info.undefined or any(
-            name.startswith("PyModExport_") for name in info.exported):
+        name.startswith("PyModExport_") for name in info.exported
+    ):
         return "multi"
     return "unknown"
 

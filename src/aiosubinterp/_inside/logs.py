@@ -36,9 +36,24 @@ __all__ = ["OUTPUT", "RECORD_FIELDS", "WARNING", "Forwarder"]
 
 # What a forwarded record carries, in order (then: extras, dropped count).
 RECORD_FIELDS = (
-    "name", "levelno", "levelname", "msg", "created", "msecs", "pathname", "filename",
-    "module", "lineno", "funcName", "exc_text", "stack_info", "thread", "threadName",
-    "process", "interpreter_id", "task_id",
+    "name",
+    "levelno",
+    "levelname",
+    "msg",
+    "created",
+    "msecs",
+    "pathname",
+    "filename",
+    "module",
+    "lineno",
+    "funcName",
+    "exc_text",
+    "stack_info",
+    "thread",
+    "threadName",
+    "process",
+    "interpreter_id",
+    "task_id",
 )
 _NATIVE = (str, int, float, bool, type(None))
 WARNING = "warning"  # first item of a forwarded warning (a record's is its logger name)
@@ -86,8 +101,10 @@ class Forwarder:
             return
         import warnings
 
-        if (warnings.showwarning is not warnings._showwarning_orig  # type: ignore[attr-defined]
-                or warnings.filters != self._filters_at_start):
+        if (
+            warnings.showwarning is not warnings._showwarning_orig  # type: ignore[attr-defined]
+            or warnings.filters != self._filters_at_start
+        ):
             return
         # Every warning reaches showwarning here; main's filters decide. Code
         # of the task that filters (or catches) warnings itself still does.
@@ -116,8 +133,15 @@ class Forwarder:
                 mine.flush()
                 setattr(sys, name, mine.original)
 
-    def _forward_warning(self, message: "Any", category: "Any", filename: str, lineno: int,
-                         file: "Any" = None, line: "Any" = None) -> None:
+    def _forward_warning(
+        self,
+        message: "Any",
+        category: "Any",
+        filename: str,
+        lineno: int,
+        file: "Any" = None,
+        line: "Any" = None,
+    ) -> None:
         if file is not None:  # someone asked for a given file: not ours to move
             import warnings
 
@@ -140,9 +164,15 @@ class Forwarder:
                 break
             frame = frame.f_back  # type: ignore[assignment]
         del frame
-        item = (WARNING, _core.current_interpreter_id(), text,
-                f"{category.__module__}.{category.__qualname__}", filename, lineno,
-                module if type(module) is str else None)
+        item = (
+            WARNING,
+            _core.current_interpreter_id(),
+            text,
+            f"{category.__module__}.{category.__qualname__}",
+            filename,
+            lineno,
+            module if type(module) is str else None,
+        )
         try:
             status = self._send._send_nowait(item)
         except Exception:  # noqa: BLE001 - closed: the pool is going away
@@ -306,15 +336,31 @@ def _handler_class(logging: "Any") -> "Any":
                 if record.exc_info and not exc_text:
                     exc_text = formatter.formatException(record.exc_info)
                 extras = tuple(
-                    (k, v) for k, v in record.__dict__.items()
+                    (k, v)
+                    for k, v in record.__dict__.items()
                     if k not in standard and type(v) in _NATIVE
                 )
                 item = (
-                    record.name, record.levelno, record.levelname, message, record.created,
-                    record.msecs, record.pathname, record.filename, record.module,
-                    record.lineno, record.funcName, exc_text or None, record.stack_info,
-                    record.thread, record.threadName, record.process, interp_id,
-                    current_task(), extras, self.dropped,
+                    record.name,
+                    record.levelno,
+                    record.levelname,
+                    message,
+                    record.created,
+                    record.msecs,
+                    record.pathname,
+                    record.filename,
+                    record.module,
+                    record.lineno,
+                    record.funcName,
+                    exc_text or None,
+                    record.stack_info,
+                    record.thread,
+                    record.threadName,
+                    record.process,
+                    interp_id,
+                    current_task(),
+                    extras,
+                    self.dropped,
                 )
                 status = self.send._send_nowait(item)
             except Exception:  # noqa: BLE001 - logging's own rule: report, never raise

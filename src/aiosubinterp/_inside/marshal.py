@@ -42,9 +42,22 @@ _FunctionType = type(_plain_function)
 _BuiltinFunctionType = type(len)
 _CodeType = type(_plain_function.__code__)
 
-__all__ = ["JOB_CALL", "JOB_EXEC", "MAIN_ALIAS", "Resolver", "by_code", "by_value",
-           "call_payload", "describe_exception", "dumps", "dumps_ends", "dumps_oob",
-           "function_ref", "import_module", "loads"]
+__all__ = [
+    "JOB_CALL",
+    "JOB_EXEC",
+    "MAIN_ALIAS",
+    "Resolver",
+    "by_code",
+    "by_value",
+    "call_payload",
+    "describe_exception",
+    "dumps",
+    "dumps_ends",
+    "dumps_oob",
+    "function_ref",
+    "import_module",
+    "loads",
+]
 
 MAIN_ALIAS = "__aiosubinterp_main__"
 
@@ -430,9 +443,11 @@ def _value_pickler() -> "Any":
                 if isinstance(obj, end_type):
                     self.ends.append(obj)
                     return _end_slot, (len(self.ends) - 1,)
-                if isinstance(obj, (type, _FunctionType)) and getattr(
-                        obj, "__module__", None) not in ("__main__", "builtins") \
-                        and not by_reference(obj):
+                if (
+                    isinstance(obj, (type, _FunctionType))
+                    and getattr(obj, "__module__", None) not in ("__main__", "builtins")
+                    and not by_reference(obj)
+                ):
                     return NotImplemented  # fails by reference, as with the plain pickler
                 return by_value(self, obj)
 
@@ -440,8 +455,9 @@ def _value_pickler() -> "Any":
     return _ValuePickler
 
 
-def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
-                       ) -> tuple[bytes, list[object]]:
+def _by_value_or_raise(
+    obj: object, buffer_callback, error: Exception | None
+) -> tuple[bytes, list[object]]:
     """(pickle of obj with the classes and functions of an interactive __main__ by value,
     the channel ends it refers to).
 
@@ -452,8 +468,9 @@ def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
     """
     import io
 
-    if error is not None and not (_main_is_interactive() if resolver is None
-                                  else "cloudpickle" in sys.modules):
+    if error is not None and not (
+        _main_is_interactive() if resolver is None else "cloudpickle" in sys.modules
+    ):
         raise error
     try:
         pickler_type = _value_pickler()
@@ -466,7 +483,8 @@ def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
             f"cannot send {_a(obj)} to an interpreter: it is (or holds) an instance of a class, "
             "or a function, defined in an interactive session, which a worker interpreter "
             "cannot import. Put the class in a module (a .py file) and import it, or install "
-            "cloudpickle (pip install cloudpickle) to send it by value.") from None
+            "cloudpickle (pip install cloudpickle) to send it by value."
+        ) from None
     file = io.BytesIO()
     pickler = pickler_type(file, buffer_callback)
     try:
@@ -480,7 +498,8 @@ def _by_value_or_raise(obj: object, buffer_callback, error: Exception | None
             f"cannot send {_a(obj)} by value to an interpreter: it is (or holds) an instance "
             "of a class, or a function, defined in an interactive session, so it crosses with "
             f"its class's code and the globals that uses, and a part of those cannot be "
-            f"pickled: {type(exc).__name__}: {exc}") from exc
+            f"pickled: {type(exc).__name__}: {exc}"
+        ) from exc
     return file.getvalue(), pickler.ends
 
 
@@ -488,8 +507,9 @@ def _a(obj: object) -> str:
     return f"a {type(obj).__qualname__}"
 
 
-def loads(data: bytes, buffers: list[object] | None = None,
-          ends: list[object] | None = None) -> object:
+def loads(
+    data: bytes, buffers: list[object] | None = None, ends: list[object] | None = None
+) -> object:
     import io
 
     if _Unpickler is None:
@@ -524,10 +544,13 @@ def function_ref(fn: object) -> tuple[str, str] | None:
         )
     if "<locals>" in qualname:
         captured = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-        why = (f"it uses the variables {', '.join(captured)} of the function around it "
-               "(a closure), which cannot cross" if captured else
-               "it is defined inside another function (a nested function), and functions "
-               "cross by module and name")
+        why = (
+            f"it uses the variables {', '.join(captured)} of the function around it "
+            "(a closure), which cannot cross"
+            if captured
+            else "it is defined inside another function (a nested function), and functions "
+            "cross by module and name"
+        )
         raise NotShareableError(
             f"cannot send {qualname!r} (from module {module!r}) to an interpreter: {why}. "
             "Move it to the top level of a module and pass what it captured as arguments "
@@ -558,7 +581,8 @@ def _main_is_interactive() -> bool:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)  # "<stdin>" for `python -`
     return getattr(main, "__spec__", None) is None and not (
-        isinstance(path, str) and path.endswith(".py"))
+        isinstance(path, str) and path.endswith(".py")
+    )
 
 
 def _is_interactive(fn: object) -> bool:
@@ -598,8 +622,14 @@ class _CodeFunction:
 
         fn = self.fn
         return function_from_code, (
-            self.module, fn.__globals__.get("__package__"), fn.__qualname__,
-            marshal.dumps(fn.__code__), fn.__defaults__, fn.__kwdefaults__, self.needs_module)
+            self.module,
+            fn.__globals__.get("__package__"),
+            fn.__qualname__,
+            marshal.dumps(fn.__code__),
+            fn.__defaults__,
+            fn.__kwdefaults__,
+            self.needs_module,
+        )
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         return self.fn(*args, **kwargs)
@@ -623,11 +653,17 @@ def _uses_module_globals(code: "types.CodeType", namespace: dict[str, object]) -
     for ins in dis.get_instructions(code):
         if any(op in ins.opname for op in _NAMESPACE_OPS):
             name = ins.argval
-            if (ins.opname != "LOAD_GLOBAL" or not isinstance(name, str) or name in namespace
-                    or not hasattr(builtins, name)):
+            if (
+                ins.opname != "LOAD_GLOBAL"
+                or not isinstance(name, str)
+                or name in namespace
+                or not hasattr(builtins, name)
+            ):
                 return True
-    return any(isinstance(const, _CodeType) and _uses_module_globals(const, namespace)
-               for const in code.co_consts)
+    return any(
+        isinstance(const, _CodeType) and _uses_module_globals(const, namespace)
+        for const in code.co_consts
+    )
 
 
 def by_code(fn: object) -> _CodeFunction | None:
@@ -662,9 +698,15 @@ def by_code(fn: object) -> _CodeFunction | None:
     return _CodeFunction(fn, module, needs_module)
 
 
-def function_from_code(module: str, package: str | None, qualname: str, code: bytes,
-                       defaults: tuple[object, ...] | None, kwdefaults: dict[str, object] | None,
-                       needs_module: bool) -> "types.FunctionType":
+def function_from_code(
+    module: str,
+    package: str | None,
+    qualname: str,
+    code: bytes,
+    defaults: tuple[object, ...] | None,
+    kwdefaults: dict[str, object] | None,
+    needs_module: bool,
+) -> "types.FunctionType":
     """Rebuild a function sent by ``by_code``, with its module's globals here if it needs them."""
     import builtins
     import marshal
@@ -797,8 +839,9 @@ def _cached_by_value(fn: object) -> _ValueFunction | None:
     return stand_in
 
 
-def _explain_by_value(fn: object, used: tuple[tuple[str, object], ...], error: BaseException,
-                      cloudpickle: "Any") -> BaseException:
+def _explain_by_value(
+    fn: object, used: tuple[tuple[str, object], ...], error: BaseException, cloudpickle: "Any"
+) -> BaseException:
     from aiosubinterp._errors import NotShareableError
 
     name = getattr(fn, "__qualname__", None) or repr(fn)
@@ -832,8 +875,9 @@ def _explain_by_value(fn: object, used: tuple[tuple[str, object], ...], error: B
 _refs: dict[object, tuple[str, str]] = {}
 
 
-def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object], *,
-                 nested: bool = False) -> tuple[object, ...]:
+def call_payload(
+    fn: object, args: tuple[object, ...], kwargs: dict[str, object], *, nested: bool = False
+) -> tuple[object, ...]:
     """The message that asks a worker to call fn(*args, **kwargs).
 
     With nested=True a function defined inside another function that
@@ -850,7 +894,8 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
             return (None, sent_by_value.data, args, tuple(kwargs.items()) if kwargs else ())
         if not callable(fn):
             raise TypeError(
-                f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}")
+                f"aiosubinterp: expected a callable to run, got {type(fn).__name__} {fn!r}"
+            )
         from aiosubinterp._errors import NotShareableError
 
         stand_in: object = by_code(fn) if nested else None
@@ -865,8 +910,12 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
                 if ref is None:
                     stand_in = by_value(fn)
             if stand_in is not None:  # by value: its bytes cross natively
-                return (None, stand_in.data, args,  # type: ignore[attr-defined]
-                        tuple(kwargs.items()) if kwargs else ())
+                return (
+                    None,
+                    stand_in.data,
+                    args,  # type: ignore[attr-defined]
+                    tuple(kwargs.items()) if kwargs else (),
+                )
         if stand_in is not None:
             return (None, stand_in, args, tuple(kwargs.items()) if kwargs else ())
         if ref is not None and type(fn) is _FunctionType:
@@ -879,19 +928,25 @@ def call_payload(fn: object, args: tuple[object, ...], kwargs: dict[str, object]
     return (ref[0], ref[1], args, kw)
 
 
-def explain_unshareable(fn: object, args: tuple[object, ...], kwargs: dict[str, object],
-                        error: BaseException, *, nested: bool = False):
+def explain_unshareable(
+    fn: object,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    error: BaseException,
+    *,
+    nested: bool = False,
+):
     """Name the part of a call that cannot be sent, for a NotShareableError."""
     from aiosubinterp._errors import NotShareableError
 
     name = getattr(fn, "__qualname__", None) or repr(fn)
     parts: list[tuple[str, object]] = []
-    if (by_code(fn) is None or not nested) and not _is_interactive(fn) \
-            and function_ref(fn) is None:
+    if (by_code(fn) is None or not nested) and not _is_interactive(fn) and function_ref(fn) is None:
         parts.append((f"the callable {name!r}", fn))
     parts += [(f"argument {i} of {name}() ({type(a).__name__})", a) for i, a in enumerate(args)]
-    parts += [(f"keyword argument {k!r} of {name}() ({type(v).__name__})", v)
-              for k, v in kwargs.items()]
+    parts += [
+        (f"keyword argument {k!r} of {name}() ({type(v).__name__})", v) for k, v in kwargs.items()
+    ]
     culprit = "a part of the call"
     reason = error
     for label, value in parts:
@@ -926,8 +981,11 @@ def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseExce
             items += [(f"{path} key {k!r}", k), (f"{path}[{k!r}]", v)]
     elif type(value) in (set, frozenset):
         items = [(f"{path} item {v!r}", v) for v in value]  # type: ignore[attr-defined]
-    elif (type(getattr(value, "__dict__", None)) is dict and not isinstance(value, type)
-          and _pickled_by_default(type(value))):
+    elif (
+        type(getattr(value, "__dict__", None)) is dict
+        and not isinstance(value, type)
+        and _pickled_by_default(type(value))
+    ):
         # An instance its class lets pickle send as it is: its attributes. A
         # class with pickling of its own (socket, ssl.SSLSocket) keeps its own
         # refusal, which says more than the attribute it trips on.
@@ -945,8 +1003,11 @@ def _locate(value: object, path: str, depth: int) -> tuple[str, object, BaseExce
 
 def _pickled_by_default(cls: type) -> bool:
     """Whether pickle sends instances of cls as object's default does (their __dict__)."""
-    return (cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__
-            and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__)
+    return (
+        cls.__reduce_ex__ is object.__reduce_ex__
+        and cls.__reduce__ is object.__reduce__
+        and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__
+    )
 
 
 def _probe(value: object) -> None:

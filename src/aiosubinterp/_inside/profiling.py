@@ -67,14 +67,17 @@ def _end() -> None:
     profiler.create_stats()
     stats = profiler.stats
     # Our own calls, at the end of the measurement: _end() and its disable().
-    for key in [k for k in stats if k[2] == "<method 'disable' of '_lsprof.Profiler' objects>"
-                or (k[2] == "_end" and k[0] == __file__)]:
+    for key in [
+        k
+        for k in stats
+        if k[2] == "<method 'disable' of '_lsprof.Profiler' objects>"
+        or (k[2] == "_end" and k[0] == __file__)
+    ]:
         del stats[key]
     if not stats:
         return
     try:
-        send._send_nowait(
-            marshal.dumps((_core.current_interpreter_id(), stats)))
+        send._send_nowait(marshal.dumps((_core.current_interpreter_id(), stats)))
     except Exception:  # noqa: BLE001 - the profile ended meanwhile (its channel is closed)
         pass
 

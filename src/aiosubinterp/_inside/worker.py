@@ -41,8 +41,15 @@ def refusal_from(exc: BaseException):
     return _errors_module().refusal_from(exc)
 
 
-__all__ = ["REFUSED_ON_312", "Runner", "coroutine_refusal", "coroutines_supported",
-           "describe_exception", "load_contextvars", "task_id_var"]
+__all__ = [
+    "REFUSED_ON_312",
+    "Runner",
+    "coroutine_refusal",
+    "coroutines_supported",
+    "describe_exception",
+    "load_contextvars",
+    "task_id_var",
+]
 
 # Called by C when Runner() raised (the contract at the top of ext/worker.pxi).
 describe_exception = _marshal.describe_exception
@@ -73,10 +80,21 @@ def load_contextvars() -> "Any":
 # subinterpreter before refusing it, which corrupts the heap: the process
 # aborts at exit ("free(): invalid pointer"). Refuse the well-known ones
 # before CPython touches them. 3.13 refuses cleanly and needs no list.
-REFUSED_ON_312 = frozenset({
-    "readline", "_curses", "_curses_panel", "curses", "_ctypes",
-    "ctypes", "pyexpat", "_lsprof", "cProfile", "uvloop", "numpy",
-})
+REFUSED_ON_312 = frozenset(
+    {
+        "readline",
+        "_curses",
+        "_curses_panel",
+        "curses",
+        "_ctypes",
+        "ctypes",
+        "pyexpat",
+        "_lsprof",
+        "cProfile",
+        "uvloop",
+        "numpy",
+    }
+)
 
 
 class _RefuseKnown:
@@ -86,8 +104,9 @@ class _RefuseKnown:
     def find_spec(name, path=None, target=None):
         top = name.partition(".")[0]
         if name in REFUSED_ON_312 or top in REFUSED_ON_312:
-            raise ImportError(f"module {name} does not support loading in subinterpreters",
-                              name=name)
+            raise ImportError(
+                f"module {name} does not support loading in subinterpreters", name=name
+            )
         return None
 
 
@@ -101,7 +120,7 @@ def coroutine_refusal(what: str) -> str:
 
     return (
         f"cannot run {what} inside an interpreter on CPython {platform.python_version()}: "
-        "CPython 3.12 aborts the process at exit (\"munmap_chunk(): invalid pointer\") once an "
+        'CPython 3.12 aborts the process at exit ("munmap_chunk(): invalid pointer") once an '
         "asyncio event loop ran in a subinterpreter. Use CPython 3.13 or newer, or await the "
         "coroutine in the main interpreter and send only its synchronous CPU work to the pool."
     )
@@ -432,8 +451,11 @@ class Runner:
             task = self._current = loop.create_task(coro)
             loop.run_until_complete(task)
         except asyncio.CancelledError:
-            if (task is not None and task.cancelled()
-                    and _core._worker_cancel_requested(self._handle)):
+            if (
+                task is not None
+                and task.cancelled()
+                and _core._worker_cancel_requested(self._handle)
+            ):
                 # The engine reports a cancelled job when KeyboardInterrupt ends it.
                 raise KeyboardInterrupt from None
             raise
@@ -536,8 +558,11 @@ def wait_for_threads(grace: float) -> str | None:
         main = threading.main_thread()
         # A dummy one (a _thread thread that asked for its object) cannot be
         # joined (RuntimeError on 3.13, AssertionError on 3.12): counted below.
-        others = [t for t in threading.enumerate()
-                  if t.ident != me and t is not main and not isinstance(t, threading._DummyThread)]
+        others = [
+            t
+            for t in threading.enumerate()
+            if t.ident != me and t is not main and not isinstance(t, threading._DummyThread)
+        ]
         for t in others:
             try:
                 t.join(max(0.0, deadline - time.monotonic()))

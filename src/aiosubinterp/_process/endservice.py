@@ -54,7 +54,8 @@ class EndService:
         if clone is None:
             raise NotShareableError(
                 f"cannot send a closed channel end ({end!r}) to a worker process: send an open "
-                "end, or clone() it before closing")
+                "end, or clone() it before closing"
+            )
         key = next(self._end_keys)
         with self._lock:
             self._ends[key] = clone
@@ -72,8 +73,10 @@ class EndService:
             copy = self._copy_of(key)  # the same end the worker passed, not a clone
             if copy is None:
                 raise ChannelClosedError(
-                    "a channel end sent by a worker process was closed meanwhile")
+                    "a channel end sent by a worker process was closed meanwhile"
+                )
             return copy
+
         return resolve
 
     def _copy_of(self, key: int) -> Any:
@@ -112,8 +115,9 @@ class EndService:
             with self._lock:
                 kept = self._ends.get(key)
                 stats = kept._stats() if kept is not None else None
-            self._reply(proc, rid, (_DONE, stats) if stats is not None
-                        else (_core.CHAN_CLOSED, None))
+            self._reply(
+                proc, rid, (_DONE, stats) if stats is not None else (_core.CHAN_CLOSED, None)
+            )
             return
         # This request's own copy, released when it is done (_copy_of).
         end = self._copy_of(key)
@@ -150,8 +154,9 @@ class EndService:
             end._release()
         self._reply(proc, rid, result)
 
-    async def _wait_op(self, proc: _Proc, rid: int, end: Any, op: str,
-                       args: tuple[Any, ...]) -> None:
+    async def _wait_op(
+        self, proc: _Proc, rid: int, end: Any, op: str, args: tuple[Any, ...]
+    ) -> None:
         timeout = args[-1]
         try:
             async with asyncio.timeout(timeout):
@@ -192,7 +197,8 @@ class EndService:
                 return self._chan_loop
             loop = self._chan_loop = asyncio.new_event_loop()
             thread = self._chan_thread = threading.Thread(
-                target=_run_loop, args=(loop,), daemon=True, name="aiosubinterp-process-channels")
+                target=_run_loop, args=(loop,), daemon=True, name="aiosubinterp-process-channels"
+            )
         thread.start()
         return loop
 

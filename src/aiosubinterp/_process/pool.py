@@ -56,12 +56,18 @@ __all__ = ["ProcessPool"]
 _BIG_PAYLOAD = 1 << 20
 
 
-
 class _Job:
     __slots__ = ("fds", "keys", "loop", "payload", "proc", "task", "tid")
 
-    def __init__(self, tid: int, payload: bytes, fds: list[int], keys: list[int], task: Task,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        tid: int,
+        payload: bytes,
+        fds: list[int],
+        keys: list[int],
+        task: Task,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.tid = tid
         self.payload = payload
         self.fds = fds
@@ -85,17 +91,18 @@ class _Proc:
         self.reader = Reader(sock)
         self.wlock = threading.Lock()
         self.thread: threading.Thread | None = None
-        self.job: _Job | None = None       # the job it runs now
-        self.done = 0                      # jobs finished
-        self.settings = 0                  # version of the settings it has
-        self.keys: set[int] = set()        # channel ends it holds proxies of
+        self.job: _Job | None = None  # the job it runs now
+        self.done = 0  # jobs finished
+        self.settings = 0  # version of the settings it has
+        self.keys: set[int] = set()  # channel ends it holds proxies of
         self.requests: dict[int, concurrent.futures.Future[Any]] = {}
         self.abandoned = False
         self.handled = 0  # bytes of the messages its reader thread has handled
         self.drain_waiter: int | None = None  # set at exit: drain_logs() waits for handled
 
-    def write(self, kind: int, ident: int, body: bytes = b"",
-              fds: list[int] | tuple[Any, ...] = ()) -> bool:
+    def write(
+        self, kind: int, ident: int, body: bytes = b"", fds: list[int] | tuple[Any, ...] = ()
+    ) -> bool:
         try:
             with self.wlock:
                 send_frame(self.sock, kind, ident, body, fds)
@@ -185,9 +192,14 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         if not isinstance(forward_logging, bool):
             raise TypeError(f"forward_logging must be True or False, got {forward_logging!r}")
         super().__init__(
-            _lifecycle.default_size() if size is None else size, preload=preload,
-            initializer=initializer, initargs=initargs, max_tasks=max_tasks_per_worker,
-            max_tasks_name="max_tasks_per_worker", cancel_grace=cancel_grace)
+            _lifecycle.default_size() if size is None else size,
+            preload=preload,
+            initializer=initializer,
+            initargs=initargs,
+            max_tasks=max_tasks_per_worker,
+            max_tasks_name="max_tasks_per_worker",
+            cancel_grace=cancel_grace,
+        )
         self._context = _context.locate(context_vars, "ProcessPool")
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued: dict[int, _Job] = {}
@@ -222,9 +234,13 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         os.set_blocking(ctl_w, False)
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-c",
-                 bootstrap_source(self._path or [], child_sock.fileno(), ctl_r)],
-                pass_fds=(child_sock.fileno(), ctl_r), stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-c",
+                    bootstrap_source(self._path or [], child_sock.fileno(), ctl_r),
+                ],
+                pass_fds=(child_sock.fileno(), ctl_r),
+                stdin=subprocess.DEVNULL,
             )
         except BaseException as exc:  # noqa: BLE001 - reported as the start failure
             parent_sock.close()
@@ -252,7 +268,8 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         except (EOFError, OSError):
             error = RuntimeError(
                 f"a worker process (pid {proc.pid}) exited during start-up with "
-                f"{_exit_text(popen.wait())}; its error output is above")
+                f"{_exit_text(popen.wait())}; its error output is above"
+            )
         self._reap(proc, kill=True)
         return None, error
 
@@ -283,8 +300,12 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
     def _register(self, proc: _Proc) -> None:
         """List a ready worker, start its reader, give it work."""
         # The thread holds the pool weakly: an unclosed pool can still be collected (and warn).
-        thread = threading.Thread(target=_serve, args=(weakref.ref(self), proc), daemon=True,
-                                  name=f"aiosubinterp-process-{proc.pid}")
+        thread = threading.Thread(
+            target=_serve,
+            args=(weakref.ref(self), proc),
+            daemon=True,
+            name=f"aiosubinterp-process-{proc.pid}",
+        )
         proc.thread = thread
         with self._lock:
             usable = self._state.drains
@@ -450,8 +471,9 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
 
     # -- the reader thread of each worker -----------------------------------------
 
-    def _handle(self, proc: _Proc, kind: int, ident: int, body: bytes | bytearray,
-                fds: list[int]) -> None:
+    def _handle(
+        self, proc: _Proc, kind: int, ident: int, body: bytes | bytearray, fds: list[int]
+    ) -> None:
         try:
             if kind == LOG:
                 if self._log_sink is not None:
@@ -533,7 +555,8 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
     def _replace(self) -> None:
         with self._lock:
             wanted = self._state.is_live or (
-                self._state is _lifecycle.PoolState.CLOSING and self._queued)
+                self._state is _lifecycle.PoolState.CLOSING and self._queued
+            )
         if wanted:
             _admin.spawn(self._add_proc)
 
@@ -601,7 +624,8 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
                 target = proc.drain_waiter
                 _drained.wait_for(
                     lambda p=proc, t=target: p.handled >= t or p.handled < 0,  # type: ignore[misc]
-                    max(0.0, deadline - time.monotonic()))
+                    max(0.0, deadline - time.monotonic()),
+                )
 
     # -- introspection -----------------------------------------------------------
 

@@ -40,18 +40,18 @@ __all__ = [
 HEADER = struct.Struct("<IBBxxQ")  # body length, kind, fds, id
 
 # parent -> child
-SETUP = 1       # body: setup tuple (with the log levels); child answers READY or FAILED
-JOB = 2         # id: task id; body: pickled call payload
-SETTINGS = 3    # body: pickled settings (sys.path, output bits)
-REPLY = 4       # id: request id; body: pickled (status, value)
-STOP = 5        # the child exits
+SETUP = 1  # body: setup tuple (with the log levels); child answers READY or FAILED
+JOB = 2  # id: task id; body: pickled call payload
+SETTINGS = 3  # body: pickled settings (sys.path, output bits)
+REPLY = 4  # id: request id; body: pickled (status, value)
+STOP = 5  # the child exits
 # child -> parent
-READY = 11      # id: pid
-FAILED = 12     # body: pickled error description
-RESULT = 13     # id: task id; body: pickled (status, value, released ends)
-REQUEST = 14    # id: request id; body: pickled (operation, key, arguments)
-ABORT = 15      # id: request id being abandoned (the task was cancelled)
-LOG = 16        # body: pickled log item (_inside.logs: a record, warning or output tuple)
+READY = 11  # id: pid
+FAILED = 12  # body: pickled error description
+RESULT = 13  # id: task id; body: pickled (status, value, released ends)
+REQUEST = 14  # id: request id; body: pickled (operation, key, arguments)
+ABORT = 15  # id: request id being abandoned (the task was cancelled)
+LOG = 16  # body: pickled log item (_inside.logs: a record, warning or output tuple)
 
 # Bodies smaller than this are sent in one write together with their header.
 _JOIN_LIMIT = 1 << 16
@@ -59,8 +59,13 @@ _MAX_FDS = 64
 _ANC_SIZE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 
 
-def send_frame(sock: socket.socket, kind: int, ident: int, body: bytes = b"",
-               fds: list[int] | tuple[int, ...] = ()) -> None:
+def send_frame(
+    sock: socket.socket,
+    kind: int,
+    ident: int,
+    body: bytes = b"",
+    fds: list[int] | tuple[int, ...] = (),
+) -> None:
     """Write one frame; the caller makes sure no other thread writes to sock meanwhile."""
     if len(fds) > _MAX_FDS:
         raise ValueError(f"at most {_MAX_FDS} file descriptors can cross in one message")
@@ -113,12 +118,12 @@ class Reader:
         length, kind, nfds, ident = HEADER.unpack_from(buf)
         end = HEADER.size + length
         if len(buf) >= end:
-            body: bytes | bytearray = bytes(buf[HEADER.size:end])
+            body: bytes | bytearray = bytes(buf[HEADER.size : end])
             del buf[:end]
         else:
             body = bytearray(length)
             have = len(buf) - HEADER.size
-            body[:have] = buf[HEADER.size:]
+            body[:have] = buf[HEADER.size :]
             del buf[:]
             view = memoryview(body)
             while have < length:
@@ -189,8 +194,7 @@ _SOCKET_TYPES = ("TransportSocket", "PseudoSocket")
 
 
 def _refuse(obj: object, why: str) -> NotShareableError:
-    return NotShareableError(
-        f"cannot send {type(obj).__name__} to a worker process: {why}")
+    return NotShareableError(f"cannot send {type(obj).__name__} to a worker process: {why}")
 
 
 class Encoder(pickle.Pickler):
@@ -208,8 +212,9 @@ class Encoder(pickle.Pickler):
         if tp is _core.FileDescriptor:
             self.fds.append(os.dup(obj.fd))  # type: ignore[attr-defined]
             return take_fd, (len(self.fds) - 1, None)
-        if isinstance(obj, socket.socket) or (tp.__name__ in _SOCKET_TYPES
-                                              and hasattr(obj, "fileno")):
+        if isinstance(obj, socket.socket) or (
+            tp.__name__ in _SOCKET_TYPES and hasattr(obj, "fileno")
+        ):
             sock: socket.socket = obj  # type: ignore[assignment]
             self.fds.append(os.dup(sock.fileno()))
             return take_fd, (len(self.fds) - 1, (int(sock.family), int(sock.type), sock.proto))
@@ -218,19 +223,31 @@ class Encoder(pickle.Pickler):
         if tp is memoryview:  # zero-copy views from interpreters: their bytes cross
             return bytes, (obj.tobytes(),)  # type: ignore[attr-defined]
         if tp is _core.SharedBuffer or tp is _core.SharedLock:
-            raise _refuse(obj, "it is memory of this process (SharedBuffer and SharedLock work "
-                               "between interpreters only); pass the data itself")
+            raise _refuse(
+                obj,
+                "it is memory of this process (SharedBuffer and SharedLock work "
+                "between interpreters only); pass the data itself",
+            )
         if tp is _core.ShareRequest:
-            raise _refuse(obj, "zero-copy sharing works between interpreters only; pass the "
-                               "buffer itself (it is copied)")
+            raise _refuse(
+                obj,
+                "zero-copy sharing works between interpreters only; pass the "
+                "buffer itself (it is copied)",
+            )
         return NotImplemented
 
 
 class Decoder(pickle.Unpickler):
     """Unpickles one message, resolving its file descriptors and channel ends."""
 
-    def __init__(self, file: io.BytesIO, fds: list[int], *, main: Callable[[], object] | None,
-                 on_end: Callable[[int], object] | None) -> None:
+    def __init__(
+        self,
+        file: io.BytesIO,
+        fds: list[int],
+        *,
+        main: Callable[[], object] | None,
+        on_end: Callable[[int], object] | None,
+    ) -> None:
         super().__init__(file)
         self._fds = fds
         self._main = main
@@ -274,8 +291,13 @@ def encode(obj: object, on_end: Callable[[Any], tuple[Any, ...]]) -> tuple[bytes
     return file.getvalue(), enc.fds
 
 
-def decode(body: bytes | bytearray, fds: list[int], *, main: Callable[[], object] | None = None,
-           on_end: Callable[[int], object] | None = None) -> Any:
+def decode(
+    body: bytes | bytearray,
+    fds: list[int],
+    *,
+    main: Callable[[], object] | None = None,
+    on_end: Callable[[int], object] | None = None,
+) -> Any:
     """Unpickle a message; fds it did not take are closed."""
     try:
         return Decoder(io.BytesIO(body), fds, main=main, on_end=on_end).load()

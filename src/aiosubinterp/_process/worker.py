@@ -66,14 +66,14 @@ class _State:
         self.sock = sock
         self.reader = Reader(sock)
         self.ctl_fd = ctl_fd
-        self.current = 0             # id of the task running now (0: idle)
-        self.requested: set[int] = set()   # task ids the pool asked to cancel
-        self.shielded = False        # writing a frame: an interruption waits until it is out
+        self.current = 0  # id of the task running now (0: idle)
+        self.requested: set[int] = set()  # task ids the pool asked to cancel
+        self.shielded = False  # writing a frame: an interruption waits until it is out
         self.deferred = False
-        self.loop = None             # asyncio loop for coroutine jobs, made on first use
+        self.loop = None  # asyncio loop for coroutine jobs, made on first use
         self.aio_task = None
-        self.in_request = False      # waiting for the pool to finish a channel operation
-        self.in_select = False       # ...and blocked in the select() of that wait
+        self.in_request = False  # waiting for the pool to finish a channel operation
+        self.in_select = False  # ...and blocked in the select() of that wait
         self.resolver = _marshal.Resolver(None, process=True)  # made again at SETUP
         self.next_request = 0
         self.proxies: dict[int, object] = {}  # key -> weakref of the channel-end proxy here
@@ -93,7 +93,7 @@ class _State:
             if not data:
                 return
             for i in range(0, len(data) - len(data) % 8, 8):
-                self.requested.add(int.from_bytes(data[i:i + 8], "little"))
+                self.requested.add(int.from_bytes(data[i : i + 8], "little"))
 
     def on_sigint(self, signum: int, frame: object) -> None:
         self._read_requests()

@@ -28,16 +28,21 @@ _BODY_HIGH = 65536
 _log = logging.getLogger("aiosubinterp.serve")
 _access = logging.getLogger("aiosubinterp.serve.access")
 
-_REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large",
-            500: b"Internal Server Error", 501: b"Not Implemented",
-            503: b"Service Unavailable"}
+_REASONS = {
+    400: b"Bad Request",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    501: b"Not Implemented",
+    503: b"Service Unavailable",
+}
 
 
 class ServerState:
     """What every connection of one interpreter shares: the app, the options, the counts."""
 
-    def __init__(self, app: Any, cfg: dict[str, Any], lifespan_state: dict[str, Any],
-                 server_addr: Any) -> None:
+    def __init__(
+        self, app: Any, cfg: dict[str, Any], lifespan_state: dict[str, Any], server_addr: Any
+    ) -> None:
         self.app = app
         self.root_path: str = cfg["root_path"]
         self.keep_alive: float = cfg["timeout_keep_alive"]
@@ -60,8 +65,10 @@ class ServerState:
         """The Date header's value, formatted once per second."""
         now = int(time.time())
         if self._date[0] != now:
-            self._date = (now, time.strftime("%a, %d %b %Y %H:%M:%S GMT",
-                                             time.gmtime(now)).encode())
+            self._date = (
+                now,
+                time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)).encode(),
+            )
         return self._date[1]
 
     def stop(self) -> None:
@@ -188,7 +195,8 @@ class Connection(asyncio.Protocol):
             self.transport.write(
                 b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
                 b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                % (status, _REASONS[status], len(body), body))
+                % (status, _REASONS[status], len(body), body)
+            )
         _log.warning("Invalid HTTP request received (%d): %s", status, why)
         if self.cycle is not None:  # its body was malformed: the application's answer is moot
             self.cycle.disconnected = True
@@ -198,11 +206,18 @@ class Connection(asyncio.Protocol):
     def _start_cycle(self, request: h11.Request) -> None:
         state = self.state
         # h11 bounds only a head that arrives in pieces; one that came whole is measured here.
-        size = len(request.method) + len(request.target) + 12 + sum(
-            len(k) + len(v) + 4 for k, v in request.headers)
+        size = (
+            len(request.method)
+            + len(request.target)
+            + 12
+            + sum(len(k) + len(v) + 4 for k, v in request.headers)
+        )
         if size > state.max_incomplete:
-            self._refuse(431, f"request line and headers of {size} bytes, more than "
-                              f"the {state.max_incomplete} allowed")
+            self._refuse(
+                431,
+                f"request line and headers of {size} bytes, more than "
+                f"the {state.max_incomplete} allowed",
+            )
             return
         raw_path, _, query = request.target.partition(b"?")
         path = urllib.parse.unquote(raw_path.decode("ascii", "replace"))
@@ -237,8 +252,11 @@ class Connection(asyncio.Protocol):
         self.state.response_done()
         if self.transport.is_closing():
             return
-        if self.state.stopping or self.h11.our_state is not h11.DONE \
-                or self.h11.their_state is not h11.DONE:
+        if (
+            self.state.stopping
+            or self.h11.our_state is not h11.DONE
+            or self.h11.their_state is not h11.DONE
+        ):
             # Stopping, `connection: close`, or a request body the application
             # did not read: this connection takes no further request.
             self.transport.close()
@@ -307,8 +325,11 @@ class Cycle:
         except SystemExit as exc:
             # The application asked its interpreter to exit: answer this
             # request, then the interpreter stops and main replaces it.
-            _log.error("The application raised SystemExit(%s): this interpreter stops "
-                       "serving and is replaced", exc.code)
+            _log.error(
+                "The application raised SystemExit(%s): this interpreter stops "
+                "serving and is replaced",
+                exc.code,
+            )
             self._fail()
             conn.state.exit_code = exc.code if exc.code is not None else 0
             conn.state.limit_reached.set()
@@ -327,9 +348,16 @@ class Cycle:
                 client = "{}:{}".format(*self.conn.client) if self.conn.client else "-"
                 query = self.scope["query_string"]
                 target = self.scope["raw_path"].decode("ascii", "replace") + (
-                    "?" + query.decode("ascii", "replace") if query else "")
-                _access.info('%s - "%s %s HTTP/%s" %d', client, self.scope["method"], target,
-                             self.scope["http_version"], self.status)
+                    "?" + query.decode("ascii", "replace") if query else ""
+                )
+                _access.info(
+                    '%s - "%s %s HTTP/%s" %d',
+                    client,
+                    self.scope["method"],
+                    target,
+                    self.scope["http_version"],
+                    self.status,
+                )
             self.complete = True
             self.wake.set()
             conn.cycle_done()
@@ -339,10 +367,17 @@ class Cycle:
             self.started = True
             self.status = 500
             body = b"Internal Server Error"
-            self._write(h11.Response(status_code=500, headers=[
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", b"%d" % len(body)), (b"connection", b"close")],
-                reason=b"Internal Server Error"))
+            self._write(
+                h11.Response(
+                    status_code=500,
+                    headers=[
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", b"%d" % len(body)),
+                        (b"connection", b"close"),
+                    ],
+                    reason=b"Internal Server Error",
+                )
+            )
             self._write(h11.Data(data=body))
             self._write(h11.EndOfMessage())
         else:
@@ -358,11 +393,18 @@ class Cycle:
 
     async def receive(self) -> dict[str, Any]:
         conn = self.conn
-        if conn.h11.they_are_waiting_for_100_continue and not self.started \
-                and not self.disconnected:
+        if (
+            conn.h11.they_are_waiting_for_100_continue
+            and not self.started
+            and not self.disconnected
+        ):
             self._write(h11.InformationalResponse(status_code=100, headers=[]))
-        while not (self.disconnected or self.complete or self.body
-                   or (not self.more_body and not self.final_received)):
+        while not (
+            self.disconnected
+            or self.complete
+            or self.body
+            or (not self.more_body and not self.final_received)
+        ):
             conn._resume_reading()
             self.wake.clear()
             await self.wake.wait()
@@ -397,9 +439,10 @@ class Cycle:
             return
         elif kind == "http.response.body":
             if not self.started or self.complete:
-                raise RuntimeError(f"unexpected ASGI message {kind!r}: "
-                                   + ("no response started" if not self.started
-                                      else "the response is complete"))
+                raise RuntimeError(
+                    f"unexpected ASGI message {kind!r}: "
+                    + ("no response started" if not self.started else "the response is complete")
+                )
             out = self.pending
             self.pending = b""
             body = message.get("body", b"")
@@ -420,7 +463,15 @@ class Cycle:
 async def _service_unavailable(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The answer to a request beyond ``--limit-concurrency``."""
     body = b"Service Unavailable"
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", b"%d" % len(body)), (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", b"%d" % len(body)),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

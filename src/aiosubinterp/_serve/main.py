@@ -33,21 +33,34 @@ from typing import Any
 __all__ = ["serve"]
 
 _log = logging.getLogger("aiosubinterp.serve")
-_LEVELS = {"critical": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING,
-           "info": logging.INFO, "debug": logging.DEBUG, "trace": logging.DEBUG}
+_LEVELS = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": logging.DEBUG,
+}
 _LIFESPANS = ("auto", "on", "off")
 
 
 def _check_app_path(app: object) -> str:
     if not isinstance(app, str):
-        raise TypeError(f"serve(app): the application's import path as a 'module:attribute' "
-                        f"string, not a {type(app).__name__} (an application object cannot "
-                        "cross into the interpreters: each one imports it)")
+        raise TypeError(
+            f"serve(app): the application's import path as a 'module:attribute' "
+            f"string, not a {type(app).__name__} (an application object cannot "
+            "cross into the interpreters: each one imports it)"
+        )
     module, sep, attr = app.partition(":")
-    if not sep or not module or not attr or any(not p.isidentifier() for p in
-                                                 module.split(".") + attr.split(".")):
-        raise ValueError(f"application path {app!r}: expected 'module:attribute', "
-                         "e.g. 'myproject.asgi:app'")
+    if (
+        not sep
+        or not module
+        or not attr
+        or any(not p.isidentifier() for p in module.split(".") + attr.split("."))
+    ):
+        raise ValueError(
+            f"application path {app!r}: expected 'module:attribute', e.g. 'myproject.asgi:app'"
+        )
     return app
 
 
@@ -55,8 +68,9 @@ def _positive(name: str, value: object, kind: type = float, allow_none: bool = T
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-        raise TypeError(f"serve({name}=...): expected {'an int' if kind is int else 'a number'}"
-                        f", got {value!r}")
+        raise TypeError(
+            f"serve({name}=...): expected {'an int' if kind is int else 'a number'}, got {value!r}"
+        )
     if not value > 0:
         raise ValueError(f"serve({name}=...) must be positive, got {value!r}")
     return value
@@ -179,15 +193,20 @@ def serve(
     """
     app = _check_app_path(app)
     if sys.version_info < (3, 13):
-        raise RuntimeError("serve needs CPython 3.13 or newer: CPython 3.12 aborts at exit "
-                           "once an event loop ran in a subinterpreter")
+        raise RuntimeError(
+            "serve needs CPython 3.13 or newer: CPython 3.12 aborts at exit "
+            "once an event loop ran in a subinterpreter"
+        )
     import importlib.util
 
     if importlib.util.find_spec("h11") is None:
         raise RuntimeError("serve needs h11: pip install 'aiosubinterp[serve]'")
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        workers = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1)
+        )
     _positive("workers", workers, int, allow_none=False)
     if lifespan not in _LIFESPANS:
         raise ValueError(f"serve(lifespan={lifespan!r}): choose from {', '.join(_LIFESPANS)}")
@@ -199,22 +218,29 @@ def serve(
     _positive("limit_max_requests", limit_max_requests, int)
     _positive("timeout_worker_healthcheck", timeout_worker_healthcheck)
     _positive("backlog", backlog, int, allow_none=False)
-    _positive("h11_max_incomplete_event_size", h11_max_incomplete_event_size, int,
-              allow_none=False)
+    _positive("h11_max_incomplete_event_size", h11_max_incomplete_event_size, int, allow_none=False)
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ValueError(f"serve(port={port!r}) must be an int in [0, 65535]")
     if root_path and (not root_path.startswith("/") or root_path.endswith("/")):
-        raise ValueError(f"serve(root_path={root_path!r}): a path starting with '/', "
-                         "without a trailing '/'")
+        raise ValueError(
+            f"serve(root_path={root_path!r}): a path starting with '/', without a trailing '/'"
+        )
     _configure_logging(_LEVELS[log_level], access_log)
     if app_dir is not None:
         sys.path.insert(0, os.path.abspath(app_dir))
-    cfg = {"factory": bool(factory), "root_path": root_path, "lifespan": lifespan,
-           "access_log": bool(access_log), "timeout_keep_alive": float(timeout_keep_alive),
-           "timeout_graceful_shutdown": timeout_graceful_shutdown,
-           "limit_concurrency": limit_concurrency, "limit_max_requests": limit_max_requests,
-           "timeout_worker_healthcheck": timeout_worker_healthcheck,
-           "backlog": backlog, "h11_max_incomplete_event_size": h11_max_incomplete_event_size}
+    cfg = {
+        "factory": bool(factory),
+        "root_path": root_path,
+        "lifespan": lifespan,
+        "access_log": bool(access_log),
+        "timeout_keep_alive": float(timeout_keep_alive),
+        "timeout_graceful_shutdown": timeout_graceful_shutdown,
+        "limit_concurrency": limit_concurrency,
+        "limit_max_requests": limit_max_requests,
+        "timeout_worker_healthcheck": timeout_worker_healthcheck,
+        "backlog": backlog,
+        "h11_max_incomplete_event_size": h11_max_incomplete_event_size,
+    }
     sock = _listen(host, port, uds, fd, backlog)
     try:
         return asyncio.run(_Supervisor(app, workers, cfg, sock).run())
@@ -270,15 +296,15 @@ class _Supervisor:
 
     def _on_signal(self, signum: int) -> None:
         if self.stopping.is_set():
-            _log.warning("%s again: cancelling the requests in flight",
-                         signal.Signals(signum).name)
+            _log.warning("%s again: cancelling the requests in flight", signal.Signals(signum).name)
             for slot in self.slots.values():
                 if not slot.task.done():
                     self.hung.add(slot.ticket)  # until its loop reports it closed
                     slot.task.cancel()
             return
-        _log.info("%s: shutting down (finishing the requests in flight)",
-                  signal.Signals(signum).name)
+        _log.info(
+            "%s: shutting down (finishing the requests in flight)", signal.Signals(signum).name
+        )
         self.stopping.set()
 
     def _start_slot(self, pool: Any, index: int, events: Any) -> None:
@@ -287,8 +313,15 @@ class _Supervisor:
 
         self.tickets += 1
         send, recv = aiosubinterp.open_channel(1)
-        task = pool.submit(worker.serve_interpreter, self.sock.fileno(), self.app, self.cfg,
-                           recv, events, self.tickets)
+        task = pool.submit(
+            worker.serve_interpreter,
+            self.sock.fileno(),
+            self.app,
+            self.cfg,
+            recv,
+            events,
+            self.tickets,
+        )
         self.slots[self.tickets] = _Slot(index, self.tickets, task, send)
 
     async def run(self) -> int:
@@ -303,8 +336,9 @@ class _Supervisor:
         # Unbounded: a worker reports without waiting (its start, its beats,
         # its close), and _events reads them at once.
         events_send, events_recv = aiosubinterp.open_channel(math.inf)
-        pool = aiosubinterp.InterpreterPool(self.workers, max_tasks_per_interpreter=1,
-                                            idle_spin=0, cancel_grace=5.0)
+        pool = aiosubinterp.InterpreterPool(
+            self.workers, max_tasks_per_interpreter=1, idle_spin=0, cancel_grace=5.0
+        )
         helpers = [loop.create_task(self._events(events_recv))]
         if self.cfg["timeout_worker_healthcheck"] is not None:
             helpers.append(loop.create_task(self._watch(self.cfg["timeout_worker_healthcheck"])))
@@ -337,9 +371,12 @@ class _Supervisor:
         CPython destroys an interpreter only once its thread returns, and
         closing the pool (or exiting normally) would wait for it for ever.
         """
-        _log.error("%d interpreter(s) still block their event loop (not answering, or "
-                   "cancelled by a second signal): the process exits without waiting for "
-                   "them", len(hung))
+        _log.error(
+            "%d interpreter(s) still block their event loop (not answering, or "
+            "cancelled by a second signal): the process exits without waiting for "
+            "them",
+            len(hung),
+        )
         logging.shutdown()  # flush the handlers: os._exit skips it
         os._exit(status)
 
@@ -357,8 +394,12 @@ class _Supervisor:
                     _log.info("Interpreter %d serves in slot %d", interp, slot.index)
                 elif all(s.started for s in self.slots.values()):
                     self.served_once = True
-                    _log.info("Serving %s on %s from %d interpreters (press Ctrl-C to stop)",
-                              self.app, self._where(), self.workers)
+                    _log.info(
+                        "Serving %s on %s from %d interpreters (press Ctrl-C to stop)",
+                        self.app,
+                        self._where(),
+                        self.workers,
+                    )
             elif kind == "closed":
                 slot.closed = True
                 self.changed.set()
@@ -375,11 +416,20 @@ class _Supervisor:
             await asyncio.sleep(silence / 3)
             now = time.monotonic()
             for slot in list(self.slots.values()):
-                if (slot.started and not slot.task.done() and not self.stopping.is_set()
-                        and now - slot.beat > silence):
-                    _log.error("The interpreter of slot %d sent no sign of life for %.1f s "
-                               "(--timeout-worker-healthcheck %g): interrupting and "
-                               "replacing it", slot.index, now - slot.beat, silence)
+                if (
+                    slot.started
+                    and not slot.task.done()
+                    and not self.stopping.is_set()
+                    and now - slot.beat > silence
+                ):
+                    _log.error(
+                        "The interpreter of slot %d sent no sign of life for %.1f s "
+                        "(--timeout-worker-healthcheck %g): interrupting and "
+                        "replacing it",
+                        slot.index,
+                        now - slot.beat,
+                        silence,
+                    )
                     self.hung.add(slot.ticket)
                     slot.task.cancel()
 
@@ -417,11 +467,19 @@ class _Supervisor:
             _log.error("%s", result[1])
             return int(result[2])
         if result[0] == "exit":
-            _log.error("The interpreter of slot %d stopped: the application raised "
-                       "SystemExit(%s); replacing it", index, result[2])
+            _log.error(
+                "The interpreter of slot %d stopped: the application raised "
+                "SystemExit(%s); replacing it",
+                index,
+                result[2],
+            )
         elif result[0] == "recycle":
-            _log.info("The interpreter of slot %d answered %d requests "
-                      "(--limit-max-requests); replacing it", index, result[1])
+            _log.info(
+                "The interpreter of slot %d answered %d requests "
+                "(--limit-max-requests); replacing it",
+                index,
+                result[1],
+            )
         return None
 
     async def _close_listener(self) -> None:
@@ -453,6 +511,9 @@ class _Supervisor:
             await asyncio.wait([slot.task for slot in self.slots.values()])
         for slot in self.slots.values():
             if not slot.task.cancelled() and slot.task.exception() is not None:
-                _log.error("The interpreter of slot %d failed while stopping", slot.index,
-                           exc_info=slot.task.exception())
+                _log.error(
+                    "The interpreter of slot %d failed while stopping",
+                    slot.index,
+                    exc_info=slot.task.exception(),
+                )
         _log.info("Finished serving %s", self.app)

@@ -50,20 +50,25 @@ def load_app(path: str, factory: bool) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is None or module_name.split(".")[:len(exc.name.split("."))] != \
-                exc.name.split("."):
+        if exc.name is None or module_name.split(".")[: len(exc.name.split("."))] != exc.name.split(
+            "."
+        ):
             raise  # a module the application's module imports: its traceback says which
-        raise AppLoadError(f"Could not import module {module_name!r} (from the application "
-                           f"path {path!r}): no module named {exc.name!r}. Check the name, "
-                           "and the folder given by --app-dir (default: the current "
-                           "one)") from None
+        raise AppLoadError(
+            f"Could not import module {module_name!r} (from the application "
+            f"path {path!r}): no module named {exc.name!r}. Check the name, "
+            "and the folder given by --app-dir (default: the current "
+            "one)"
+        ) from None
     app: Any = module
     for attr in attrs.split("."):
         try:
             app = getattr(app, attr)
         except AttributeError:
-            raise AppLoadError(f"Attribute {attrs!r} not found in module {module_name!r} "
-                               f"(the application path {path!r})") from None
+            raise AppLoadError(
+                f"Attribute {attrs!r} not found in module {module_name!r} "
+                f"(the application path {path!r})"
+            ) from None
     if factory:
         try:
             app = app()
@@ -71,8 +76,10 @@ def load_app(path: str, factory: bool) -> Any:
             raise AppLoadError(f"--factory: calling {path} failed: {exc}") from None
     if not callable(app):
         made = "what the factory returned" if factory else path
-        raise AppLoadError(f"{made} is not callable ({type(app).__name__}): not an ASGI "
-                           "application (an async callable taking scope, receive, send)")
+        raise AppLoadError(
+            f"{made} is not callable ({type(app).__name__}): not an ASGI "
+            "application (an async callable taking scope, receive, send)"
+        )
     return app
 
 
@@ -90,8 +97,11 @@ class Lifespan:
         self.error: BaseException | None = None
 
     async def _run(self) -> None:
-        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
-                 "state": self.state}
+        scope = {
+            "type": "lifespan",
+            "asgi": {"version": "3.0", "spec_version": "2.0"},
+            "state": self.state,
+        }
         try:
             await self.app(scope, self.inbox.get, self.outbox.put)
         except Exception as exc:  # noqa: BLE001 - reported by startup()/shutdown()
@@ -115,8 +125,11 @@ class Lifespan:
         self.supported = False
         if self.mode == "auto":
             if self.error is not None:
-                _log.info("ASGI 'lifespan' protocol appears unsupported (%s: %s).",
-                          type(self.error).__name__, self.error)
+                _log.info(
+                    "ASGI 'lifespan' protocol appears unsupported (%s: %s).",
+                    type(self.error).__name__,
+                    self.error,
+                )
             return None
         if self.error is not None:
             text = "".join(traceback.format_exception(self.error))
@@ -131,13 +144,13 @@ class Lifespan:
         if reply["type"] == "lifespan.shutdown.failed":
             _log.error("The application's lifespan shutdown failed: %s", reply.get("message", ""))
         elif reply["type"] == "lifespan.ended" and self.error is not None:
-            _log.error("The application's lifespan shutdown raised",
-                       exc_info=self.error)
+            _log.error("The application's lifespan shutdown raised", exc_info=self.error)
         await self.task
 
 
-async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control: Any,
-                            events: Any, ticket: int) -> tuple[Any, ...]:
+async def serve_interpreter(
+    fd: int, app_path: str, cfg: dict[str, Any], control: Any, events: Any, ticket: int
+) -> tuple[Any, ...]:
     """Serve ``app_path`` on the listening socket ``fd`` until told to stop; see the module."""
     import aiosubinterp
 
@@ -161,13 +174,13 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
     name = sock.getsockname()
     server_addr = (name[0], name[1]) if isinstance(name, tuple) else (name, None)
     srv = ServerState(app, cfg, state, server_addr)
-    server = await loop.create_server(lambda: Connection(srv), sock=sock,
-                                      backlog=cfg["backlog"])
+    server = await loop.create_server(lambda: Connection(srv), sock=sock, backlog=cfg["backlog"])
     me = aiosubinterp.get_current().id
     await events.send(("started", ticket, me))
     beats: list[asyncio.TimerHandle] = []
     check = cfg["timeout_worker_healthcheck"]
     if check is not None:
+
         def beat() -> None:
             events.send_nowait(("beat", ticket, me))
             beats[:] = [loop.call_later(check / 3, beat)]
@@ -194,8 +207,11 @@ async def serve_interpreter(fd: int, app_path: str, cfg: dict[str, Any], control
         await asyncio.wait_for(srv.idle.wait(), grace)
     except TimeoutError:
         if srv.tasks and not forced:
-            _log.warning("Cancel %d running request(s): --timeout-graceful-shutdown "
-                         "(%s s) exceeded", len(srv.tasks), grace)
+            _log.warning(
+                "Cancel %d running request(s): --timeout-graceful-shutdown (%s s) exceeded",
+                len(srv.tasks),
+                grace,
+            )
     except asyncio.CancelledError:
         forced = True  # cancelled during the grace
     if not srv.idle.is_set():

@@ -35,5 +35,7 @@ def missing(extra: str, *modules: str) -> str | None:
     absent = [m for m in modules if importlib.util.find_spec(m) is None]
     if not absent:
         return None
-    return (f"{', '.join(absent)} not installed: pip install 'aiosubinterp[{extra}]' "
-            f"(or, from a clone, `make venv`, which installs the {extra} extra)")
+    return (
+        f"{', '.join(absent)} not installed: pip install 'aiosubinterp[{extra}]' "
+        f"(or, from a clone, `make venv`, which installs the {extra} extra)"
+    )

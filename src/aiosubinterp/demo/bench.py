@@ -39,30 +39,64 @@ def _headline_of(summary: dict[str, Any], name: str) -> Headline | None:
     if "speedup" in summary:
         return ("speedup over one thread (serial)", "x", "higher", summary["speedup"])
     if "lag_ms" in summary:
-        return ("event-loop lag p99 (1 ms ticker)", "ms", "lower",
-                {k: _p("p99")(v) for k, v in summary["lag_ms"].items()})
+        return (
+            "event-loop lag p99 (1 ms ticker)",
+            "ms",
+            "lower",
+            {k: _p("p99")(v) for k, v in summary["lag_ms"].items()},
+        )
     if "http" in summary:  # bench_http (wrk)
-        return ("/ping p99 while /primes is loaded (wrk)", "ms", "lower",
-                {k: float(v["light_p99_ms"]) for k, v in summary["http"].items()})
+        return (
+            "/ping p99 while /primes is loaded (wrk)",
+            "ms",
+            "lower",
+            {k: float(v["light_p99_ms"]) for k, v in summary["http"].items()},
+        )
     if "requests_per_s" in summary:  # bench_serve (wrk)
-        return ("/plaintext requests per second (wrk)", "req/s", "higher",
-                summary["requests_per_s"])
+        return (
+            "/plaintext requests per second (wrk)",
+            "req/s",
+            "higher",
+            summary["requests_per_s"],
+        )
     if "records_per_s" in summary:  # bench_logging
-        return ("log records per second, kept by main's handler", "records/s", "higher",
-                summary["records_per_s"])
+        return (
+            "log records per second, kept by main's handler",
+            "records/s",
+            "higher",
+            summary["records_per_s"],
+        )
     if "medians" in summary:  # bench_channel
-        return ("small items per second, interpreter -> loop", "items/s", "higher",
-                {k: float(v["small_i2l"]) for k, v in summary["medians"].items()})
+        return (
+            "small items per second, interpreter -> loop",
+            "items/s",
+            "higher",
+            {k: float(v["small_i2l"]) for k, v in summary["medians"].items()},
+        )
     if "stats" in summary:
         stats = summary["stats"]
         if name == "bench_buffer":
-            return ("64 MiB echo round trip, p50", "µs", "lower",
-                    {k.removesuffix(" 64MiB-echo"): _p("p50")(v) for k, v in stats.items()
-                     if k.endswith(" 64MiB-echo")})
-        return ("round trip of a trivial task, p50", "µs", "lower",
-                {k: _p("p50")(v) for k, v in stats.items()})
-    firsts = {k: v["first_result_ms"]["p50"] for k, v in summary.items()
-              if isinstance(v, dict) and isinstance(v.get("first_result_ms"), dict)}
+            return (
+                "64 MiB echo round trip, p50",
+                "µs",
+                "lower",
+                {
+                    k.removesuffix(" 64MiB-echo"): _p("p50")(v)
+                    for k, v in stats.items()
+                    if k.endswith(" 64MiB-echo")
+                },
+            )
+        return (
+            "round trip of a trivial task, p50",
+            "µs",
+            "lower",
+            {k: _p("p50")(v) for k, v in stats.items()},
+        )
+    firsts = {
+        k: v["first_result_ms"]["p50"]
+        for k, v in summary.items()
+        if isinstance(v, dict) and isinstance(v.get("first_result_ms"), dict)
+    }
     if firsts:  # bench_startup, bench_coldstart
         return ("pool creation to first result, p50", "ms", "lower", firsts)
     return None
@@ -114,17 +148,22 @@ def chart(path: str, doc: dict[str, Any]) -> None:
     head = headline(doc)
     targets = [t for t in doc.get("targets", []) if isinstance(t, dict)]
     heights = [max(2, n) * 0.45 + 1.2 for n in (len(head[3]) if head else 0, len(targets)) if n]
-    fig = Figure(figsize=(11, 1.2 + sum(heights) if heights else 3), dpi=100,
-                 layout="constrained")
+    fig = Figure(figsize=(11, 1.2 + sum(heights) if heights else 3), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
     meta = doc.get("meta") or {}
     quick = " (--quick: rough numbers)" if (doc.get("params") or {}).get("quick") else ""
-    fig.suptitle(f"{doc.get('title', doc.get('benchmark', 'benchmark'))}\n"
-                 f"Python {meta.get('python', '?')}, {meta.get('date', '')}{quick}",
-                 fontsize=11)
+    fig.suptitle(
+        f"{doc.get('title', doc.get('benchmark', 'benchmark'))}\n"
+        f"Python {meta.get('python', '?')}, {meta.get('date', '')}{quick}",
+        fontsize=11,
+    )
     if not heights:
-        fig.text(0.5, 0.5, "no figures: the benchmark reported neither contenders nor targets",
-                 ha="center")
+        fig.text(
+            0.5,
+            0.5,
+            "no figures: the benchmark reported neither contenders nor targets",
+            ha="center",
+        )
     else:
         axes = list(fig.subplots(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0])
         if head:
@@ -149,17 +188,26 @@ def _contenders_panel(ax: Any, head: Headline, targets: list[dict[str, Any]]) ->
     top = max(finite, default=1.0) or 1.0
     log_hint = top / min((v for v in finite if v > 0), default=top) > 100
     for y, v in zip(ys, nums, strict=True):
-        ax.text((0 if math.isnan(v) else v) * (1.1 if log_hint else 1) + (0 if log_hint
-                                                                          else top * 0.01), y,
-                f"{_fmt(v)} {unit}" if not math.isnan(v) else "n/a (did not run)",
-                va="center", fontsize=9)
+        ax.text(
+            (0 if math.isnan(v) else v) * (1.1 if log_hint else 1)
+            + (0 if log_hint else top * 0.01),
+            y,
+            f"{_fmt(v)} {unit}" if not math.isnan(v) else "n/a (did not run)",
+            va="center",
+            fontsize=9,
+        )
     # A target in this panel's unit (not a ratio) is drawn where it lies.
     for t in targets:
         if str(t.get("unit", "")).strip() == unit and unit != "x":
             limit = _number(t.get("limit"))
             if not math.isnan(limit):
-                ax.axvline(limit, color="black", linestyle="--", linewidth=1.5,
-                           label=f"target: {t['what']} {t['op']} {_fmt(limit)} {unit}")
+                ax.axvline(
+                    limit,
+                    color="black",
+                    linestyle="--",
+                    linewidth=1.5,
+                    label=f"target: {t['what']} {t['op']} {_fmt(limit)} {unit}",
+                )
                 top = max(top, limit)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
@@ -170,9 +218,11 @@ def _contenders_panel(ax: Any, head: Headline, targets: list[dict[str, Any]]) ->
         ax.set_xlim(low / 3, top * 20)
     else:
         ax.set_xlim(0, top * 1.25)
-    ax.set_xlabel(f"{what}, {unit} ({better} is better"
-                  + ("; blue: aiosubinterp)" if any(ours) else ")")
-                  + ("; log scale" if log else ""))
+    ax.set_xlabel(
+        f"{what}, {unit} ({better} is better"
+        + ("; blue: aiosubinterp)" if any(ours) else ")")
+        + ("; log scale" if log else "")
+    )
     ax.set_title(f"Contenders: {what}", loc="left", fontsize=10)
 
 
@@ -181,8 +231,11 @@ def _targets_panel(ax: Any, targets: list[dict[str, Any]], Line2D: Any, Patch: A
     measured = [_number(t.get("measured")) for t in targets]
     limits = [_number(t.get("limit")) for t in targets]
     ys = list(range(len(targets)))
-    ax.barh(ys, [0 if math.isnan(v) else v for v in measured],
-            color=[colour.get(str(t.get("verdict")), "lightgray") for t in targets])
+    ax.barh(
+        ys,
+        [0 if math.isnan(v) else v for v in measured],
+        color=[colour.get(str(t.get("verdict")), "lightgray") for t in targets],
+    )
     ax.set_yticks(ys, [_wrap(str(t.get("what", "?"))) for t in targets], fontsize=8)
     ax.invert_yaxis()
     positive = [v for v in measured + limits if not math.isnan(v) and v > 0]
@@ -197,20 +250,38 @@ def _targets_panel(ax: Any, targets: list[dict[str, Any]], Line2D: Any, Patch: A
         if not math.isnan(limit):
             ax.vlines(limit, y - 0.42, y + 0.42, color="black", linestyle="--", linewidth=1.5)
         unit = str(t.get("unit", ""))
-        text = (f"{_fmt(v)}{unit}  (target {t.get('op')} {_fmt(limit)}{unit})  {t.get('verdict')}"
-                if not math.isnan(v) else f"n/a: {t.get('note') or 'not measured here'}")
+        text = (
+            f"{_fmt(v)}{unit}  (target {t.get('op')} {_fmt(limit)}{unit})  {t.get('verdict')}"
+            if not math.isnan(v)
+            else f"n/a: {t.get('note') or 'not measured here'}"
+        )
         x = v if not math.isnan(v) else (lo / 2.5 if log else 0)
-        ax.text(max(x, limit if not math.isnan(limit) else x) * (1.08 if log else 1.0)
-                + (0 if log else hi * 0.02), y, text, va="center", fontsize=8)
-    ax.set_xlabel("measured, in each row's unit (x: a ratio, as the target is worded)"
-                  + ("; log scale" if log else ""))
+        ax.text(
+            max(x, limit if not math.isnan(limit) else x) * (1.08 if log else 1.0)
+            + (0 if log else hi * 0.02),
+            y,
+            text,
+            va="center",
+            fontsize=8,
+        )
+    ax.set_xlabel(
+        "measured, in each row's unit (x: a ratio, as the target is worded)"
+        + ("; log scale" if log else "")
+    )
     ax.set_title("Targets: measured vs limit", loc="left", fontsize=10)
-    ax.legend(handles=[Patch(color="tab:green", label="PASS"), Patch(color="tab:red",
-                                                                      label="MISS"),
-                       Patch(color="lightgray", label="n/a"),
-                       Line2D([], [], color="black", linestyle="--", label="target limit")],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, fontsize=8,
-              frameon=False)
+    ax.legend(
+        handles=[
+            Patch(color="tab:green", label="PASS"),
+            Patch(color="tab:red", label="MISS"),
+            Patch(color="lightgray", label="n/a"),
+            Line2D([], [], color="black", linestyle="--", label="target limit"),
+        ],
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        ncols=4,
+        fontsize=8,
+        frameon=False,
+    )
 
 
 @contextmanager
@@ -221,17 +292,26 @@ def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
     console = Console(stderr=True)
     started = time.perf_counter()
     if not console.is_terminal:
+
         def line(done: int, name: str) -> None:
-            print(f"[{done}/{total}] {time.perf_counter() - started:5.0f} s  {name}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{done}/{total}] {time.perf_counter() - started:5.0f} s  {name}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         yield line
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.description}"),
-                  console=console) as bar:
+    with Progress(
+        TextColumn("[bold]bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    ) as bar:
         task = bar.add_task("", total=total)
 
         def step(done: int, name: str) -> None:
@@ -241,10 +321,14 @@ def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
 
 
 def _report_section(name: str, doc: dict[str, Any], cmd: list[str], chart_name: str) -> str:
-    lines = [f"## {doc.get('title', name)}", "",
-             f"`{' '.join(['python', 'benchmarks/' + name, *cmd[2:]])}`, "
-             f"{doc['meta'].get('date', '')}, {doc['meta'].get('python', '')}, "
-             f"load {doc['meta'].get('loadavg_start', '?')}", ""]
+    lines = [
+        f"## {doc.get('title', name)}",
+        "",
+        f"`{' '.join(['python', 'benchmarks/' + name, *cmd[2:]])}`, "
+        f"{doc['meta'].get('date', '')}, {doc['meta'].get('python', '')}, "
+        f"load {doc['meta'].get('loadavg_start', '?')}",
+        "",
+    ]
     head = headline(doc)
     if head:
         what, unit, better, values = head
@@ -254,10 +338,13 @@ def _report_section(name: str, doc: dict[str, Any], cmd: list[str], chart_name: 
     lines += ["| # | target | measured | limit | verdict |", "| --- | --- | --- | --- | --- |"]
     for k, t in enumerate(doc.get("targets", []), 1):
         m = t.get("measured")
-        lines.append(f"| {k} | {t['what']} | "
-                     f"{m:.3g}{t.get('unit', '')} | {t['op']} {t['limit']:g}{t.get('unit', '')}"
-                     f" | {t['verdict']} |" if isinstance(m, (int, float))
-                     else f"| {k} | {t['what']} | n/a | {t['op']} {t['limit']} | n/a |")
+        lines.append(
+            f"| {k} | {t['what']} | "
+            f"{m:.3g}{t.get('unit', '')} | {t['op']} {t['limit']:g}{t.get('unit', '')}"
+            f" | {t['verdict']} |"
+            if isinstance(m, (int, float))
+            else f"| {k} | {t['what']} | n/a | {t['op']} {t['limit']} | n/a |"
+        )
     lines += ["", f"![{doc.get('title', name)}]({chart_name})", ""]
     if doc.get("errors"):
         lines += ["Errors: " + ", ".join(doc["errors"]), ""]
@@ -271,38 +358,56 @@ def run_bench(quick: bool, only: str | None, out: str, bench_dir: str | None) ->
         # ./benchmarks in a clone, or the checkout of an editable install
         # (src/aiosubinterp/demo/ -> the clone's root).
         checkout = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
-        found = [d for d in (os.path.abspath("benchmarks"), os.path.join(checkout, "benchmarks"))
-                 if glob.glob(os.path.join(d, "bench_*.py"))]
+        found = [
+            d
+            for d in (os.path.abspath("benchmarks"), os.path.join(checkout, "benchmarks"))
+            if glob.glob(os.path.join(d, "bench_*.py"))
+        ]
         bench_dir = found[0] if found else os.path.abspath("benchmarks")
     bench_dir = os.path.abspath(bench_dir)
     root = os.path.dirname(bench_dir)
     scripts = sorted(glob.glob(os.path.join(bench_dir, "bench_*.py")))
     if only:
-        wanted = {f"bench_{n.strip().removeprefix('bench_').removesuffix('.py')}.py"
-                  for n in only.split(",")}
+        wanted = {
+            f"bench_{n.strip().removeprefix('bench_').removesuffix('.py')}.py"
+            for n in only.split(",")
+        }
         scripts = [s for s in scripts if os.path.basename(s) in wanted]
     if not scripts:
-        print(f"no benchmarks found in {bench_dir} (only={only!r}): run this from a clone of the "
-              "repository (the benchmarks live in its benchmarks/ folder, not in the installed "
-              "package), or pass --dir", file=sys.stderr)
+        print(
+            f"no benchmarks found in {bench_dir} (only={only!r}): run this from a clone of the "
+            "repository (the benchmarks live in its benchmarks/ folder, not in the installed "
+            "package), or pass --dir",
+            file=sys.stderr,
+        )
         return 1
     os.makedirs(out, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
+    }
     sections, failed = [], []
     with _progress(len(scripts)) as advance:
         for i, script in enumerate(scripts):
             name = os.path.basename(script)
             advance(i, name)
             cmd = [sys.executable, script, "--json"] + (["--quick"] if quick else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root,
-                                  timeout=900 if not quick else 180)
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=root,
+                timeout=900 if not quick else 180,
+            )
             try:
                 doc = json.loads(proc.stdout)
             except ValueError:
                 failed.append(name)
-                sections.append(f"## {name}\n\nfailed (exit {proc.returncode}):\n\n```\n"
-                                f"{proc.stderr[-1500:]}\n```\n")
+                sections.append(
+                    f"## {name}\n\nfailed (exit {proc.returncode}):\n\n```\n"
+                    f"{proc.stderr[-1500:]}\n```\n"
+                )
                 continue
             chart_name = f"{name.removesuffix('.py')}.png"
             chart(os.path.join(out, chart_name), doc)
@@ -310,8 +415,9 @@ def run_bench(quick: bool, only: str | None, out: str, bench_dir: str | None) ->
         advance(len(scripts), "done")
     report = os.path.join(out, "report.md")
     with open(report, "w") as f:
-        f.write(f"# aiosubinterp benchmarks{' (--quick)' if quick else ''}\n\n"
-                + "\n".join(sections))
+        f.write(
+            f"# aiosubinterp benchmarks{' (--quick)' if quick else ''}\n\n" + "\n".join(sections)
+        )
     print(f"report: {os.path.abspath(report)}")
     print(f"charts: {os.path.abspath(out)}/bench_*.png")
     if failed:

@@ -62,10 +62,10 @@ Circle = tuple[int, float, float, float, float, float]
 Params = tuple[float, float]  # canvas (width, height)
 # exchange(to_left, ghosts_left, to_right, ghosts_right)
 #   -> (from_left, ghosts_from_left, from_right, ghosts_from_right)
-Exchange = Callable[[tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...],
-                     tuple[Circle, ...]],
-                    tuple[tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...],
-                          tuple[Circle, ...]]]
+Exchange = Callable[
+    [tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...]],
+    tuple[tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...], tuple[Circle, ...]],
+]
 
 
 def canvas_size(n: int) -> Params:
@@ -94,8 +94,9 @@ def initial_state(n: int, seed: int = 0) -> tuple[Params, list[Circle]]:
     return (width, height), circles
 
 
-def split(circles: list[Circle], params: Params, regions: int) -> list[tuple[float, float,
-                                                                            list[Circle]]]:
+def split(
+    circles: list[Circle], params: Params, regions: int
+) -> list[tuple[float, float, list[Circle]]]:
     """Vertical strips ``(lo, hi, circles)``; a region owns the circles with lo <= x < hi."""
     width = params[0]
     if regions < 1:
@@ -103,7 +104,8 @@ def split(circles: list[Circle], params: Params, regions: int) -> list[tuple[flo
     if width / regions < 2 * (HALO + V_MAX):
         raise ValueError(
             f"{regions} regions on a canvas {width:.0f} wide are narrower than "
-            f"{2 * (HALO + V_MAX):.0f}: use fewer workers or more circles")
+            f"{2 * (HALO + V_MAX):.0f}: use fewer workers or more circles"
+        )
     bounds = [width * k / regions for k in range(regions + 1)]
     out: list[tuple[float, float, list[Circle]]] = []
     for k in range(regions):
@@ -195,8 +197,9 @@ def collide(owned: list[Circle], ghosts: list[Circle]) -> list[Circle]:
     return out
 
 
-def region_frame(owned: list[Circle], lo: float, hi: float, params: Params,
-                 exchange: Exchange | None) -> list[Circle]:
+def region_frame(
+    owned: list[Circle], lo: float, hi: float, params: Params, exchange: Exchange | None
+) -> list[Circle]:
     """Step one region one frame; ``exchange`` talks to the neighbours (None: alone)."""
     moved = advance(owned, params)
     if exchange is None:
@@ -216,17 +219,28 @@ def region_frame(owned: list[Circle], lo: float, hi: float, params: Params,
     ghosts_left = tuple(c for c in keep if c[1] < low_edge)
     ghosts_right = tuple(c for c in keep if c[1] >= high_edge)
     from_left, gh_left, from_right, gh_right = exchange(
-        tuple(to_left), ghosts_left, tuple(to_right), ghosts_right)
+        tuple(to_left), ghosts_left, tuple(to_right), ghosts_right
+    )
     keep.extend(from_left)
     keep.extend(from_right)
     # The circles this region handed over stay visible to it as ghosts.
-    ghosts = [*gh_left, *gh_right, *(c for c in to_left if c[1] >= lo - HALO),
-              *(c for c in to_right if c[1] < hi + HALO)]
+    ghosts = [
+        *gh_left,
+        *gh_right,
+        *(c for c in to_left if c[1] >= lo - HALO),
+        *(c for c in to_right if c[1] < hi + HALO),
+    ]
     return collide(keep, ghosts)
 
 
-def run_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
-               exchange: Exchange | None) -> list[Circle]:
+def run_region(
+    owned: list[Circle],
+    lo: float,
+    hi: float,
+    params: Params,
+    frames: int,
+    exchange: Exchange | None,
+) -> list[Circle]:
     """Step one region ``frames`` times; ``exchange`` talks to the neighbours (None: alone)."""
     for _ in range(frames):
         owned = region_frame(owned, lo, hi, params, exchange)
@@ -238,8 +252,9 @@ def step_frames(circles: list[Circle], params: Params, frames: int) -> list[Circ
     return run_region(list(circles), 0.0, params[0], params, frames, None)
 
 
-def exchange_with(send_left: Any, recv_left: Any, send_right: Any, recv_right: Any,
-                   send: str, recv: str) -> Exchange:
+def exchange_with(
+    send_left: Any, recv_left: Any, send_right: Any, recv_right: Any, send: str, recv: str
+) -> Exchange:
     """An exchange over anything with blocking send/recv methods (named by ``send``/``recv``)."""
     sl = getattr(send_left, send) if send_left is not None else None
     rl = getattr(recv_left, recv) if recv_left is not None else None
@@ -260,13 +275,22 @@ def exchange_with(send_left: Any, recv_left: Any, send_right: Any, recv_right: A
     return exchange
 
 
-def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
-                   send_left: Any, recv_left: Any, send_right: Any,
-                   recv_right: Any) -> tuple[Circle, ...]:
+def channel_region(
+    owned: list[Circle],
+    lo: float,
+    hi: float,
+    params: Params,
+    frames: int,
+    send_left: Any,
+    recv_left: Any,
+    send_right: Any,
+    recv_right: Any,
+) -> tuple[Circle, ...]:
     """A region in an aiosubinterp worker; its neighbours over channels (send_sync, recv_sync)."""
     try:
-        exchange = exchange_with(send_left, recv_left, send_right, recv_right,
-                                  "send_sync", "recv_sync")
+        exchange = exchange_with(
+            send_left, recv_left, send_right, recv_right, "send_sync", "recv_sync"
+        )
         return tuple(run_region(list(owned), lo, hi, params, frames, exchange))
     finally:
         for end in (send_left, recv_left, send_right, recv_right):
@@ -274,9 +298,17 @@ def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, fr
                 end.close()
 
 
-def queue_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
-                 send_left: Any, recv_left: Any, send_right: Any,
-                 recv_right: Any) -> list[Circle]:
+def queue_region(
+    owned: list[Circle],
+    lo: float,
+    hi: float,
+    params: Params,
+    frames: int,
+    send_left: Any,
+    recv_left: Any,
+    send_right: Any,
+    recv_right: Any,
+) -> list[Circle]:
     """A region in a thread: neighbours over ``queue.SimpleQueue`` (``put``/``get``)."""
     exchange = exchange_with(send_left, recv_left, send_right, recv_right, "put", "get")
     return run_region(list(owned), lo, hi, params, frames, exchange)

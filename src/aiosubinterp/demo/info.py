@@ -9,9 +9,26 @@ import aiosubinterp as asi
 
 __all__ = ["run_info"]
 
-_PROBE_MODULES = ("json", "re", "math", "collections", "datetime", "decimal", "fractions",
-                  "hashlib", "pickle", "sqlite3", "ssl", "zlib", "xml.etree.ElementTree",
-                  "asyncio", "ctypes", "readline", "numpy", "uvloop")
+_PROBE_MODULES = (
+    "json",
+    "re",
+    "math",
+    "collections",
+    "datetime",
+    "decimal",
+    "fractions",
+    "hashlib",
+    "pickle",
+    "sqlite3",
+    "ssl",
+    "zlib",
+    "xml.etree.ElementTree",
+    "asyncio",
+    "ctypes",
+    "readline",
+    "numpy",
+    "uvloop",
+)
 
 _PROBE_SCRIPT = """
 import asyncio, sys
@@ -38,15 +55,18 @@ def _probe(name: str) -> tuple[str, str]:
     import subprocess
 
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT, name], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE_SCRIPT, name], capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         return "error", "timed out after 60 s"
     status, _, detail = proc.stdout.strip().partition(" ")
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return ("crash" if status == "" else f"{status}, then crash",
-                f"child exit code {proc.returncode}: {tail[:100]}")
+        return (
+            "crash" if status == "" else f"{status}, then crash",
+            f"child exit code {proc.returncode}: {tail[:100]}",
+        )
     return status, detail
 
 
@@ -59,8 +79,7 @@ def run_info(probe: bool) -> int:
     print(f"Python {info['python']} ({sys.executable})")
     own_gil = "yes" if info["per_interpreter_gil"] else "no: needs 3.12+"
     print(f"per-interpreter GIL (PEP 684): {own_gil}")
-    print(f"CPUs: {info['cpus']} in the machine, {info['default_size']} usable "
-          "(default pool size)")
+    print(f"CPUs: {info['cpus']} in the machine, {info['default_size']} usable (default pool size)")
     print(f"wakeup: {info['wakeup']}")
     print(f"C accelerators kept out of workers: {', '.join(info['blocked_modules']) or 'none'}")
     print(f"main interpreter id: {info['main_interpreter_id']}")

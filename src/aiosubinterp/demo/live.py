@@ -72,8 +72,10 @@ STATS_INTERVAL = 0.5
 MAX_CIRCLES = 100_000
 MAX_WORKERS = 64
 STOP_TIMEOUT = 15.0  # a contender that does not stop in this time is cancelled
-BUSY = ("another page is running the demo on this server (one run at a time: the contenders "
-        "share every core); Start takes it over")
+BUSY = (
+    "another page is running the demo on this server (one run at a time: the contenders "
+    "share every core); Start takes it over"
+)
 TAKEN_OVER = "another page started the demo on this server: this page's run stopped"
 
 DEFAULTS: web.AppKey[dict[str, Any]] = web.AppKey("defaults")
@@ -108,12 +110,16 @@ class Config:
             return value
 
         names = cmd.get("contenders", list(CONTENDERS))
-        if (not isinstance(names, list) or not names
-                or any(n not in CONTENDERS for n in names)):
+        if not isinstance(names, list) or not names or any(n not in CONTENDERS for n in names):
             raise ValueError(f"contenders must be a non-empty list of {', '.join(CONTENDERS)}")
-        return cls(number("circles", 1, MAX_CIRCLES), number("workers", 1, MAX_WORKERS),
-                   number("stride", 1, 1000), number("frames", 0, 10**9),
-                   number("seed", 0, 2**31), tuple(n for n in CONTENDERS if n in names))
+        return cls(
+            number("circles", 1, MAX_CIRCLES),
+            number("workers", 1, MAX_WORKERS),
+            number("stride", 1, 1000),
+            number("frames", 0, 10**9),
+            number("seed", 0, 2**31),
+            tuple(n for n in CONTENDERS if n in names),
+        )
 
 
 class Session:
@@ -143,32 +149,42 @@ class Session:
         if any(name != "single" for name in config.contenders):
             _circles.split(initial, params, config.workers)  # strips too narrow: ValueError
         await asyncio.gather(self.stop(), *(other.stop(TAKEN_OVER) for other in others))
-        self.runs = [Run(name, CONTENDERS.index(name), config.workers, config.frames)
-                     for name in config.contenders]
+        self.runs = [
+            Run(name, CONTENDERS.index(name), config.workers, config.frames)
+            for name in config.contenders
+        ]
         for run in self.runs:
             run.task = asyncio.create_task(self._run(run, config, params, initial))
-        await self.ws.send_json({
-            "type": "started", "width": params[0], "height": params[1],
-            **dataclasses.asdict(config),
-            "contenders": [{"name": r.name, "index": r.index, "label": r.label}
-                           for r in self.runs]})
+        await self.ws.send_json(
+            {
+                "type": "started",
+                "width": params[0],
+                "height": params[1],
+                **dataclasses.asdict(config),
+                "contenders": [
+                    {"name": r.name, "index": r.index, "label": r.label} for r in self.runs
+                ],
+            }
+        )
         # Frame 0, the initial circles, on every canvas at once: spawned processes
         # take seconds to send their first frame.
-        body = struct.pack(f"<{3 * len(initial)}f",
-                           *(v for c in initial for v in (c[1], c[2], c[5])))
+        body = struct.pack(
+            f"<{3 * len(initial)}f", *(v for c in initial for v in (c[1], c[2], c[5]))
+        )
         for run in self.runs:
-            await self.ws.send_bytes(HEADER.pack(MAGIC, run.index, 0, config.workers, 0,
-                                                 len(initial)) + body)
+            await self.ws.send_bytes(
+                HEADER.pack(MAGIC, run.index, 0, config.workers, 0, len(initial)) + body
+            )
         # Only now: the page must get "started", then frame 0, then the computed frames.
         self.sender = asyncio.create_task(self._send())
         return config
 
-    async def _run(self, run: Run, config: Config, params: Params,
-                   initial: list[Circle]) -> None:
+    async def _run(self, run: Run, config: Config, params: Params, initial: list[Circle]) -> None:
         run.state = "running"
         try:
-            await RUNNERS[run.name](run, initial, params, config.workers, config.frames,
-                                     config.stride)
+            await RUNNERS[run.name](
+                run, initial, params, config.workers, config.frames, config.stride
+            )
         except Exception as exc:  # noqa: BLE001 - shown on the page, the others go on
             run.state, run.error = "error", f"{type(exc).__name__}: {exc}"
         else:
@@ -250,11 +266,16 @@ async def _websocket(request: web.Request) -> web.WebSocketResponse:
     session = Session(ws, defaults)
     app[SESSIONS].add(session)
     try:
-        await ws.send_json({
-            "type": "hello", "contenders": list(CONTENDERS), "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-            **defaults})
+        await ws.send_json(
+            {
+                "type": "hello",
+                "contenders": list(CONTENDERS),
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+                **defaults,
+            }
+        )
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
                 continue
@@ -338,16 +359,20 @@ async def _serve(host: str, port: int, circles: int, workers: int | None) -> Non
         try:
             await site.start()
         except OSError as exc:
-            raise _ListenError(f"demo --serve: cannot listen on {host}:{port}: "
-                               f"{exc.strerror or exc}; choose another --port (0: any free)"
-                               ) from None
+            raise _ListenError(
+                f"demo --serve: cannot listen on {host}:{port}: "
+                f"{exc.strerror or exc}; choose another --port (0: any free)"
+            ) from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         real_port = sockets[0].getsockname()[1] if sockets else port
         shown = f"[{host}]" if ":" in host else host
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-        print(f"aiosubinterp live demo ({loop} loop, {os.cpu_count()} CPUs): "
-              f"open http://{shown}:{real_port}/ in a browser; Ctrl-C stops", flush=True)
+        print(
+            f"aiosubinterp live demo ({loop} loop, {os.cpu_count()} CPUs): "
+            f"open http://{shown}:{real_port}/ in a browser; Ctrl-C stops",
+            flush=True,
+        )
         stop = asyncio.Event()
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not on this platform
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -356,8 +381,9 @@ async def _serve(host: str, port: int, circles: int, workers: int | None) -> Non
         await runner.cleanup()
 
 
-def serve(host: str = "127.0.0.1", port: int = 8080, circles: int = 3000,
-          workers: int | None = None) -> int:
+def serve(
+    host: str = "127.0.0.1", port: int = 8080, circles: int = 3000, workers: int | None = None
+) -> int:
     """The ``demo --serve`` command: serve until Ctrl-C, then stop everything; exit code 0."""
     try:
         with asyncio.Runner(loop_factory=_new_loop) as runner:

@@ -54,8 +54,14 @@ def _shown(k: int, frames: int, stride: int) -> bool:
     return k % stride == 0 or k == frames
 
 
-def single_loop(circles: list[Circle], params: Params, frames: int, stride: int,
-                emit: Callable[[int, Sequence[Any]], None], stop: Any) -> None:
+def single_loop(
+    circles: list[Circle],
+    params: Params,
+    frames: int,
+    stride: int,
+    emit: Callable[[int, Sequence[Any]], None],
+    stop: Any,
+) -> None:
     """One thread, the whole canvas as one region, until ``stop`` (an Event) is set."""
     owned = list(circles)
     k = 0
@@ -76,7 +82,8 @@ class StopLink:
 
     def __init__(self, stop: Any, maxsize: int = 0) -> None:
         self.q: queue.Queue[Any] | queue.SimpleQueue[Any] = (
-            queue.Queue(maxsize) if maxsize else queue.SimpleQueue())
+            queue.Queue(maxsize) if maxsize else queue.SimpleQueue()
+        )
         self.stop = stop
 
     def put(self, item: Any) -> None:
@@ -96,9 +103,19 @@ class StopLink:
                     raise Stopped from None
 
 
-def queue_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
-                 stride: int, out: StopLink, send_left: Any, recv_left: Any, send_right: Any,
-                 recv_right: Any) -> None:
+def queue_region(
+    owned: list[Circle],
+    lo: float,
+    hi: float,
+    params: Params,
+    frames: int,
+    stride: int,
+    out: StopLink,
+    send_left: Any,
+    recv_left: Any,
+    send_right: Any,
+    recv_right: Any,
+) -> None:
     """A region in a thread: neighbours over :class:`StopLink` queues, shown frames to ``out``."""
     exchange = exchange_with(send_left, recv_left, send_right, recv_right, "put", "get")
     k = 0
@@ -112,9 +129,19 @@ def queue_region(owned: list[Circle], lo: float, hi: float, params: Params, fram
         pass  # a neighbour (or the collector) gave up waiting: the server stops the run
 
 
-def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, frames: int,
-                   stride: int, out: Any, send_left: Any, recv_left: Any, send_right: Any,
-                   recv_right: Any) -> int:
+def channel_region(
+    owned: list[Circle],
+    lo: float,
+    hi: float,
+    params: Params,
+    frames: int,
+    stride: int,
+    out: Any,
+    send_left: Any,
+    recv_left: Any,
+    send_right: Any,
+    recv_right: Any,
+) -> int:
     """A region in an interpreter: neighbours over channels, shown frames into ``out``.
 
     Sends its OS thread's id first (the server reads its CPU time), then
@@ -130,8 +157,9 @@ def channel_region(owned: list[Circle], lo: float, hi: float, params: Params, fr
     k = 0
     try:
         out.send_sync(threading.get_native_id())
-        exchange = exchange_with(send_left, recv_left, send_right, recv_right,
-                                 "send_sync", "recv_sync")
+        exchange = exchange_with(
+            send_left, recv_left, send_right, recv_right, "send_sync", "recv_sync"
+        )
         while frames == 0 or k < frames:
             owned = region_frame(owned, lo, hi, params, exchange)
             k += 1

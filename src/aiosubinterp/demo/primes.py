@@ -16,8 +16,9 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-async def _timed(label: str,
-                 coro_fn: Callable[[], Awaitable[int]]) -> tuple[str, float, float, int]:
+async def _timed(
+    label: str, coro_fn: Callable[[], Awaitable[int]]
+) -> tuple[str, float, float, int]:
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
     result = await coro_fn()
     wall = time.perf_counter() - t0
@@ -37,9 +38,10 @@ async def run_primes(workers: int, tasks: int, span: int) -> int:
     async def threads() -> int:
         parts: list[int] = []
         for k in range(0, len(chunks), workers):  # at most `workers` threads at once
-            batch = chunks[k:k + workers]
+            batch = chunks[k : k + workers]
             parts += await asyncio.gather(
-                *(asyncio.to_thread(count_primes, a, b) for a, b in batch))
+                *(asyncio.to_thread(count_primes, a, b) for a, b in batch)
+            )
         return sum(parts)
 
     async with asi.InterpreterPool(workers) as pool:
@@ -57,13 +59,20 @@ async def run_primes(workers: int, tasks: int, span: int) -> int:
 
     results = {row[3] for row in rows}
     base = rows[0][1]
-    print(f"\nCounting primes below {tasks * span:,} in {tasks} tasks on {os.cpu_count()} CPUs "
-          f"(Python {platform.python_version()}):\n")
+    print(
+        f"\nCounting primes below {tasks * span:,} in {tasks} tasks on {os.cpu_count()} CPUs "
+        f"(Python {platform.python_version()}):\n"
+    )
     print(f"  {'how':<36} {'seconds':>8} {'speedup':>8} {'CPU/wall':>9}")
     for label, wall, cpu_ratio, _ in rows:
         print(f"  {label:<36} {wall:8.2f} {base / wall:7.2f}x {cpu_ratio:9.2f}")
-    print(f"\n  every contender found {rows[0][3]:,} primes" if len(results) == 1
-          else f"\n  MISMATCH: {sorted(results)}")
-    print("  CPU/wall near the worker count means the work really ran on that many cores;\n"
-          "  threads stay near 1.0 because they share the main interpreter's GIL.")
+    print(
+        f"\n  every contender found {rows[0][3]:,} primes"
+        if len(results) == 1
+        else f"\n  MISMATCH: {sorted(results)}"
+    )
+    print(
+        "  CPU/wall near the worker count means the work really ran on that many cores;\n"
+        "  threads stay near 1.0 because they share the main interpreter's GIL."
+    )
     return 0 if len(results) == 1 else 1

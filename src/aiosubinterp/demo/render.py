@@ -19,9 +19,16 @@ __all__ = ["BACKGROUND", "PALETTE", "frame", "pictures", "region_colour"]
 
 # Index 0 background, 1 region borders and caption, 2.. one colour per region (cycled).
 PALETTE: list[tuple[int, int, int]] = [
-    (18, 20, 28), (150, 150, 170),
-    (79, 195, 247), (255, 167, 38), (102, 187, 106), (239, 83, 80),
-    (171, 71, 188), (255, 238, 88), (38, 198, 218), (141, 110, 99),
+    (18, 20, 28),
+    (150, 150, 170),
+    (79, 195, 247),
+    (255, 167, 38),
+    (102, 187, 106),
+    (239, 83, 80),
+    (171, 71, 188),
+    (255, 238, 88),
+    (38, 198, 218),
+    (141, 110, 99),
 ]
 BACKGROUND = 0
 _BORDER = 1
@@ -35,8 +42,14 @@ def region_colour(region: int) -> int:
     return 2 + region % _REGION_COLOURS
 
 
-def frame(circles: Iterable[Sequence[float]], width: float, height: float,
-          bounds: Sequence[float], scale: float = 1.0, caption: str = "") -> Image.Image:
+def frame(
+    circles: Iterable[Sequence[float]],
+    width: float,
+    height: float,
+    bounds: Sequence[float],
+    scale: float = 1.0,
+    caption: str = "",
+) -> Image.Image:
     """One frame as a palette image: filled circles coloured by region, dashed borders.
 
     ``bounds`` are the region borders from 0 to ``width``; a ``caption``
@@ -63,9 +76,17 @@ def frame(circles: Iterable[Sequence[float]], width: float, height: float,
     return image
 
 
-def pictures(out_dir: str, params: Params, initial: list[Circle], final: list[Circle],
-             workers: int, frames_run: int, gif_frames: int = 40, every: int = 3,
-             scale: float = 1.0) -> tuple[str, str]:
+def pictures(
+    out_dir: str,
+    params: Params,
+    initial: list[Circle],
+    final: list[Circle],
+    workers: int,
+    frames_run: int,
+    gif_frames: int = 40,
+    every: int = 3,
+    scale: float = 1.0,
+) -> tuple[str, str]:
     """Write ``circles_final.png`` and ``circles_first_frames.gif`` into ``out_dir``.
 
     The PNG is ``final`` (after ``frames_run`` frames). The GIF's frames
@@ -77,17 +98,29 @@ def pictures(out_dir: str, params: Params, initial: list[Circle], final: list[Ci
     width, height = params
     bounds = [width * k / workers for k in range(workers + 1)]
     png = os.path.join(out_dir, "circles_final.png")
-    frame(final, width, height, bounds, scale,
-          caption=f"{len(final):,} circles after {frames_run} frames; colour = the strip "
-                  f"(of {workers}) that owns the circle, dashed = strip border"
-          ).save(png, optimize=True)
+    frame(
+        final,
+        width,
+        height,
+        bounds,
+        scale,
+        caption=f"{len(final):,} circles after {frames_run} frames; colour = the strip "
+        f"(of {workers}) that owns the circle, dashed = strip border",
+    ).save(png, optimize=True)
     gif_scale = min(scale, 480 / width)
     images = []
     state = list(initial)
     for k in range(gif_frames):
-        images.append(frame(state, width, height, bounds, gif_scale,
-                            caption=f"frame {k * every} of {len(initial):,} circles "
-                                    f"in {workers} strips"))
+        images.append(
+            frame(
+                state,
+                width,
+                height,
+                bounds,
+                gif_scale,
+                caption=f"frame {k * every} of {len(initial):,} circles in {workers} strips",
+            )
+        )
         state = _circles.step_frames(state, params, every)
     gif = os.path.join(out_dir, "circles_first_frames.gif")
     images[0].save(gif, save_all=True, append_images=images[1:], duration=60, loop=0)

@@ -38,8 +38,17 @@ from aiosubinterp.demo import circles as _circles
 from aiosubinterp.demo import livework, zoo
 from aiosubinterp.demo.circles import Circle, Params
 
-__all__ = ["FPS_WINDOW", "HEADER", "LAST", "MAGIC", "RUNNERS", "Run", "Sink", "parse_frame",
-           "ticks"]
+__all__ = [
+    "FPS_WINDOW",
+    "HEADER",
+    "LAST",
+    "MAGIC",
+    "RUNNERS",
+    "Run",
+    "Sink",
+    "parse_frame",
+    "ticks",
+]
 
 # One frame on the WebSocket: magic, contender index, flags, workers, frame
 # index, number of circles; then that many float32 (x, y, r). Little-endian.
@@ -57,7 +66,7 @@ def parse_frame(data: bytes) -> tuple[int, int, int, int, list[tuple[float, floa
     if magic != MAGIC or len(data) != HEADER.size + 12 * n:
         raise ValueError(f"not a circles frame: magic {magic!r}, {len(data)} bytes for {n}")
     values = struct.unpack_from(f"<{3 * n}f", data, HEADER.size)
-    return index, flags, workers, frame, [values[i:i + 3] for i in range(0, 3 * n, 3)]
+    return index, flags, workers, frame, [values[i : i + 3] for i in range(0, 3 * n, 3)]
 
 
 def ticks(path: str) -> int | None:
@@ -86,8 +95,11 @@ class Sink:
         body = b"".join(parts)
         flags = LAST if k == self.frames else 0
         now = time.monotonic()
-        self.latest = (k, HEADER.pack(MAGIC, self.index, flags, self.workers, k,
-                                      len(body) // 12) + body, now)
+        self.latest = (
+            k,
+            HEADER.pack(MAGIC, self.index, flags, self.workers, k, len(body) // 12) + body,
+            now,
+        )
         if self.first is None:
             self.first = (k, now)
 
@@ -154,9 +166,14 @@ class Run:
     def describe(self, single_fps: float | None) -> dict[str, Any]:
         latest = self.sink.latest
         return {
-            "name": self.name, "label": self.label, "state": self.state, "error": self.error,
-            "frame": latest[0] if latest else 0, "fps": round(self.fps, 2),
-            "cpu": round(self.cpu, 2), "pids": list(self.pids),
+            "name": self.name,
+            "label": self.label,
+            "state": self.state,
+            "error": self.error,
+            "frame": latest[0] if latest else 0,
+            "fps": round(self.fps, 2),
+            "cpu": round(self.cpu, 2),
+            "pids": list(self.pids),
             "speedup": round(self.fps / single_fps, 2) if single_fps else None,
         }
 
@@ -202,14 +219,25 @@ async def _gather(*coros: Awaitable[Any]) -> None:
             raise r
 
 
-async def _run_single(run: Run, initial: list[Circle], params: Params, workers: int,
-                      frames: int, stride: int) -> None:
-    await _in_thread(run, livework.single_loop, initial, params, frames, stride, run.sink.put,
-                     run.stop, name="live-single")
+async def _run_single(
+    run: Run, initial: list[Circle], params: Params, workers: int, frames: int, stride: int
+) -> None:
+    await _in_thread(
+        run,
+        livework.single_loop,
+        initial,
+        params,
+        frames,
+        stride,
+        run.sink.put,
+        run.stop,
+        name="live-single",
+    )
 
 
-async def _run_threads(run: Run, initial: list[Circle], params: Params, workers: int,
-                       frames: int, stride: int) -> None:
+async def _run_threads(
+    run: Run, initial: list[Circle], params: Params, workers: int, frames: int, stride: int
+) -> None:
     regions = _circles.split(initial, params, workers)
     links = zoo._links(workers, lambda: (link := livework.StopLink(run.stop), link))
     outs = [livework.StopLink(run.stop, maxsize=2) for _ in regions]
@@ -222,14 +250,29 @@ async def _run_threads(run: Run, initial: list[Circle], params: Params, workers:
             pass
 
     await _gather(
-        *(_in_thread(run, livework.queue_region, owned, lo, hi, params, frames, stride,
-                     outs[k], *links[k], name=f"live-threads-{k}")
-          for k, (lo, hi, owned) in enumerate(regions)),
-        _in_thread(run, collect, name="live-threads-collector"))
+        *(
+            _in_thread(
+                run,
+                livework.queue_region,
+                owned,
+                lo,
+                hi,
+                params,
+                frames,
+                stride,
+                outs[k],
+                *links[k],
+                name=f"live-threads-{k}",
+            )
+            for k, (lo, hi, owned) in enumerate(regions)
+        ),
+        _in_thread(run, collect, name="live-threads-collector"),
+    )
 
 
-def _processes(run: Run, initial: list[Circle], params: Params, workers: int, frames: int,
-               stride: int) -> None:
+def _processes(
+    run: Run, initial: list[Circle], params: Params, workers: int, frames: int, stride: int
+) -> None:
     """The process contender, in a thread: start, collect, stop, reap."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
@@ -244,8 +287,12 @@ def _processes(run: Run, initial: list[Circle], params: Params, workers: int, fr
             controls.append(parent)
             left = pipes[k - 1][1] if k > 0 else None
             right = pipes[k][0] if k < workers - 1 else None
-            proc = ctx.Process(target=livework.pipe_region, args=(child, left, right),
-                               name=f"live-processes-{k}", daemon=True)
+            proc = ctx.Process(
+                target=livework.pipe_region,
+                args=(child, left, right),
+                name=f"live-processes-{k}",
+                daemon=True,
+            )
             proc.start()
             procs.append(proc)
             child.close()
@@ -255,8 +302,9 @@ def _processes(run: Run, initial: list[Circle], params: Params, workers: int, fr
         for control in controls:
             _, pid = control.recv()
             run.pids.append(pid)
-        for control, (lo, hi, owned) in zip(controls, _circles.split(initial, params, workers),
-                                            strict=True):
+        for control, (lo, hi, owned) in zip(
+            controls, _circles.split(initial, params, workers), strict=True
+        ):
             control.send((owned, lo, hi, params, frames, stride))
         for k in livework.shown_frames(frames, stride):
             if run.stop.is_set():
@@ -292,14 +340,25 @@ def _processes(run: Run, initial: list[Circle], params: Params, workers: int, fr
             proc.close()
 
 
-async def _run_processes(run: Run, initial: list[Circle], params: Params, workers: int,
-                         frames: int, stride: int) -> None:
-    await _in_thread(run, _processes, run, initial, params, workers, frames, stride,
-                     name="live-processes-collector")
+async def _run_processes(
+    run: Run, initial: list[Circle], params: Params, workers: int, frames: int, stride: int
+) -> None:
+    await _in_thread(
+        run,
+        _processes,
+        run,
+        initial,
+        params,
+        workers,
+        frames,
+        stride,
+        name="live-processes-collector",
+    )
 
 
-async def _run_interpreters(run: Run, initial: list[Circle], params: Params, workers: int,
-                            frames: int, stride: int) -> None:
+async def _run_interpreters(
+    run: Run, initial: list[Circle], params: Params, workers: int, frames: int, stride: int
+) -> None:
     async with asi.InterpreterPool(workers, preload=("aiosubinterp.demo.livework",)) as pool:
         if run.stop.is_set():
             return
@@ -307,9 +366,20 @@ async def _run_interpreters(run: Run, initial: list[Circle], params: Params, wor
         links = zoo._links(workers, lambda: asi.open_channel(2))
         outs = [asi.open_channel(2) for _ in regions]
         run.recvs = [recv for _, recv in outs]
-        tasks = [pool.submit(livework.channel_region, owned, lo, hi, params, frames, stride,
-                             outs[k][0], *links[k])
-                 for k, (lo, hi, owned) in enumerate(regions)]
+        tasks = [
+            pool.submit(
+                livework.channel_region,
+                owned,
+                lo,
+                hi,
+                params,
+                frames,
+                stride,
+                outs[k][0],
+                *links[k],
+            )
+            for k, (lo, hi, owned) in enumerate(regions)
+        ]
         del links  # the workers hold the ends between them; each closes its own
         try:
             for recv in run.recvs:
@@ -327,5 +397,9 @@ async def _run_interpreters(run: Run, initial: list[Circle], params: Params, wor
             await _gather(*tasks)
 
 
-RUNNERS = {"single": _run_single, "threads": _run_threads, "processes": _run_processes,
-            "aiosubinterp": _run_interpreters}
+RUNNERS = {
+    "single": _run_single,
+    "threads": _run_threads,
+    "processes": _run_processes,
+    "aiosubinterp": _run_interpreters,
+}

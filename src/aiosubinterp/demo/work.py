@@ -60,8 +60,11 @@ def probe_module(name: str, code: str) -> dict[str, str]:
     except Exception as exc:  # noqa: BLE001 - reported to the caller as text
         return {"status": "failed", "step": "call", "error": _one_line(exc), "version": version}
     result = repr(namespace.get("result"))
-    return {"status": "works", "version": version,
-            "result": result if len(result) <= 60 else result[:57] + "..."}
+    return {
+        "status": "works",
+        "version": version,
+        "result": result if len(result) <= 60 else result[:57] + "...",
+    }
 
 
 def _one_line(exc: BaseException) -> str:

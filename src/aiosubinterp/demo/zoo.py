@@ -35,8 +35,15 @@ from typing import Any
 from aiosubinterp.demo import circles as _circles
 from aiosubinterp.demo.circles import Circle, Params
 
-__all__ = ["CONTENDERS", "Outcome", "machine_busy", "reference_result", "run_contender",
-           "run_demo", "run_every_frame"]
+__all__ = [
+    "CONTENDERS",
+    "Outcome",
+    "machine_busy",
+    "reference_result",
+    "run_contender",
+    "run_demo",
+    "run_every_frame",
+]
 
 CONTENDERS = ("single", "threads", "processes", "aiosubinterp")
 
@@ -80,8 +87,7 @@ def _run_single(circles: list[Circle], params: Params, frames: int, workers: int
     return _circles.step_frames(circles, params, frames)
 
 
-def _run_threads(circles: list[Circle], params: Params, frames: int,
-                 workers: int) -> list[Circle]:
+def _run_threads(circles: list[Circle], params: Params, frames: int, workers: int) -> list[Circle]:
     regions = _circles.split(circles, params, workers)
     links = _links(workers, lambda: (q := queue.SimpleQueue[Any](), q))
     results: list[list[Circle]] = [[] for _ in regions]
@@ -94,8 +100,9 @@ def _run_threads(circles: list[Circle], params: Params, frames: int,
         except BaseException as exc:  # noqa: BLE001 - reported below, not lost in the thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=body, args=(k,), name=f"circles-{k}")
-               for k in range(workers)]
+    threads = [
+        threading.Thread(target=body, args=(k,), name=f"circles-{k}") for k in range(workers)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -119,8 +126,12 @@ class _ProcessRegions:
             parent, child = ctx.Pipe()
             left = pipes[k - 1][1] if k > 0 else None
             right = pipes[k][0] if k < workers - 1 else None
-            proc = ctx.Process(target=_circles.pipe_region, args=(child, left, right),
-                               name=f"circles-{k}", daemon=True)
+            proc = ctx.Process(
+                target=_circles.pipe_region,
+                args=(child, left, right),
+                name=f"circles-{k}",
+                daemon=True,
+            )
             proc.start()
             child.close()
             self.controls.append(parent)
@@ -151,14 +162,17 @@ class _ProcessRegions:
             proc.close()
 
 
-async def _run_interpreters(pool: Any, circles: list[Circle], params: Params, frames: int,
-                            workers: int) -> list[Circle]:
+async def _run_interpreters(
+    pool: Any, circles: list[Circle], params: Params, frames: int, workers: int
+) -> list[Circle]:
     import aiosubinterp as asi
 
     regions = _circles.split(circles, params, workers)
     links = _links(workers, lambda: asi.open_channel(maxsize=2))
-    tasks = [pool.submit(_circles.channel_region, owned, lo, hi, params, frames, *links[k])
-             for k, (lo, hi, owned) in enumerate(regions)]
+    tasks = [
+        pool.submit(_circles.channel_region, owned, lo, hi, params, frames, *links[k])
+        for k, (lo, hi, owned) in enumerate(regions)
+    ]
     # The ends passed to a worker are the same ends: each worker closes its
     # own when it finishes (channel_region's finally), which ends its
     # neighbours' streams; nothing to close here.
@@ -176,8 +190,9 @@ def _label(name: str, workers: int) -> str:
     }[name]
 
 
-async def run_contender(name: str, circles: list[Circle], params: Params, frames: int,
-                        workers: int) -> Outcome:
+async def run_contender(
+    name: str, circles: list[Circle], params: Params, frames: int, workers: int
+) -> Outcome:
     """Run one contender; the clock excludes starting its workers."""
     label = _label(name, workers)
     if name in ("single", "threads"):
@@ -209,8 +224,9 @@ async def run_contender(name: str, circles: list[Circle], params: Params, frames
     raise ValueError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
 
 
-async def run_every_frame(name: str, circles: list[Circle], params: Params, frames: int,
-                          workers: int) -> tuple[float, list[tuple[float, ...]]]:
+async def run_every_frame(
+    name: str, circles: list[Circle], params: Params, frames: int, workers: int
+) -> tuple[float, list[tuple[float, ...]]]:
     """FPS when every frame's positions return to the main interpreter, and the last frame.
 
     The contender as ``demo --serve`` runs it (:mod:`aiosubinterp.demo.stream`):
@@ -231,8 +247,7 @@ async def run_every_frame(name: str, circles: list[Circle], params: Params, fram
     first, latest = run.sink.first, run.sink.latest
     if first is None or latest is None:
         raise RuntimeError(f"{name}: no frame reached the main interpreter")
-    fps = ((latest[0] - first[0]) / (latest[2] - first[1]) if latest[0] > first[0]
-           else float("nan"))
+    fps = (latest[0] - first[0]) / (latest[2] - first[1]) if latest[0] > first[0] else float("nan")
     return fps, sorted(stream.parse_frame(latest[1])[4])
 
 
@@ -241,9 +256,10 @@ def float32_positions(circles: Sequence[Circle]) -> list[tuple[float, ...]]:
     import struct
 
     n = len(circles)
-    values = struct.unpack(f"<{3 * n}f", struct.pack(
-        f"<{3 * n}f", *(v for c in circles for v in (c[1], c[2], c[5]))))
-    return sorted(values[i:i + 3] for i in range(0, 3 * n, 3))
+    values = struct.unpack(
+        f"<{3 * n}f", struct.pack(f"<{3 * n}f", *(v for c in circles for v in (c[1], c[2], c[5])))
+    )
+    return sorted(values[i : i + 3] for i in range(0, 3 * n, 3))
 
 
 def reference_result(circles: list[Circle], params: Params, frames: int) -> list[Circle]:
@@ -266,8 +282,15 @@ def machine_busy(start: tuple[int, int] | None = None) -> Any:
     return (snap[0] - start[0]) / total * (os.cpu_count() or 1) if total > 0 else float("nan")
 
 
-async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence[str],
-                   rounds: int, seed: int, out: str) -> int:
+async def run_demo(
+    circles: int,
+    frames: int,
+    workers: int,
+    contenders: Sequence[str],
+    rounds: int,
+    seed: int,
+    out: str,
+) -> int:
     """The ``demo`` command: every contender ``rounds`` times, a table, the pictures.
 
     Returns the exit code: 1 if a contender's circles differ from the reference.
@@ -278,9 +301,12 @@ async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence
     contenders = list(contenders)
     params, initial = _circles.initial_state(circles, seed)
     _circles.split(initial, params, workers)  # a clear error before anything runs
-    print(f"\n{circles:,} circles on a {params[0]:.0f}x{params[1]:.0f} canvas, "
-          f"{frames} frames, {workers} regions, {rounds} round(s); "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}", flush=True)
+    print(
+        f"\n{circles:,} circles on a {params[0]:.0f}x{params[1]:.0f} canvas, "
+        f"{frames} frames, {workers} regions, {rounds} round(s); "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        flush=True,
+    )
     fps: dict[str, list[float]] = {name: [] for name in contenders}
     every: dict[str, list[float]] = {name: [] for name in contenders}
     cpu: dict[str, list[float]] = {name: [] for name in contenders}
@@ -315,23 +341,29 @@ async def run_demo(circles: int, frames: int, workers: int, contenders: Sequence
                 mismatched.add(name)
     base = statistics.median(fps["single"]) if "single" in fps else None
     every_base = statistics.median(every["single"]) if "single" in every else None
-    print(f"\n  {'contender':<36} {'FPS':>7} {'vs single':>10} {'CPU/wall':>9} "
-          f"{'other load':>11} {'every-frame FPS':>16} {'vs single':>10}  same positions")
+    print(
+        f"\n  {'contender':<36} {'FPS':>7} {'vs single':>10} {'CPU/wall':>9} "
+        f"{'other load':>11} {'every-frame FPS':>16} {'vs single':>10}  same positions"
+    )
     for name in contenders:
         f = statistics.median(fps[name])
         ratio = f"{f / base:9.2f}x" if base else f"{'-':>10}"
         e = statistics.median(every[name])
         every_ratio = f"{e / every_base:9.2f}x" if every_base else f"{'-':>10}"
-        print(f"  {labels[name]:<36} {f:7.1f} {ratio} {statistics.median(cpu[name]):9.2f} "
-              f"{statistics.median(other[name]):11.2f} {e:16.1f} {every_ratio}  "
-              f"{'NO' if name in mismatched else 'yes'}")
-    print("\n  FPS: median over the rounds. CPU/wall: cores this process tree kept busy;\n"
-          "  other load: cores busy with other processes meanwhile (noise on a shared machine).\n"
-          "  every-frame FPS: the same contender with every frame's positions returned to the\n"
-          "  main interpreter (as a game's, to be drawn; as `demo --serve` runs it), from the\n"
-          "  first frame's arrival to the last's.\n"
-          f"  same positions: every circle equal, bit for bit, to the single-threaded run "
-          f"after {frames} frames (both ways).")
+        print(
+            f"  {labels[name]:<36} {f:7.1f} {ratio} {statistics.median(cpu[name]):9.2f} "
+            f"{statistics.median(other[name]):11.2f} {e:16.1f} {every_ratio}  "
+            f"{'NO' if name in mismatched else 'yes'}"
+        )
+    print(
+        "\n  FPS: median over the rounds. CPU/wall: cores this process tree kept busy;\n"
+        "  other load: cores busy with other processes meanwhile (noise on a shared machine).\n"
+        "  every-frame FPS: the same contender with every frame's positions returned to the\n"
+        "  main interpreter (as a game's, to be drawn; as `demo --serve` runs it), from the\n"
+        "  first frame's arrival to the last's.\n"
+        f"  same positions: every circle equal, bit for bit, to the single-threaded run "
+        f"after {frames} frames (both ways)."
+    )
     png, gif = render.pictures(out, params, initial, final, workers, frames)
     where, png, gif = (os.path.abspath(p) for p in (out, png, gif))  # noqa: ASYNC240 - the demo's own files, after the timed part
     print(f"\n  images in {where}/:\n    final frame:  {png}\n    first frames: {gif}")
