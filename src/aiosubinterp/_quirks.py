@@ -368,6 +368,43 @@ def wait_until_no_worker_is_stuck(
     return True
 
 
+# Interpreter creations in flight, and whether a fork() is about to happen.
+# A child forked while another thread is inside CPython's interpreter creation
+# inherits the runtime's locks held and hangs in its after-fork code (before
+# exec: uvloop's spawn then waits for it forever; seen once `async with
+# InterpreterPool(2)` returned with the second interpreter still starting). So
+# the before-fork hook waits (at most _FORK_WAIT s) for the creations in flight
+# to end, and new ones wait until the fork is done.
+_FORK_WAIT = 30.0
+_creations = threading.Condition(threading.Lock())
+_creating = 0
+_forking = False
+
+
+class creating_interpreter:
+    """``with creating_interpreter():`` around the creation of one interpreter."""
+
+    def __enter__(self) -> None:
+        global _creating
+        with _creations:
+            # Bounded: a fork whose parent hook never ran cannot stop creations.
+            _creations.wait_for(lambda: not _forking, timeout=_FORK_WAIT)
+            _creating += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _creating
+        with _creations:
+            _creating -= 1
+            _creations.notify_all()
+
+
+def _after_fork_in_parent() -> None:
+    global _forking
+    with _creations:
+        _forking = False
+        _creations.notify_all()
+
+
 def _after_fork_in_child() -> None:
     # A forked child has none of the parent's worker threads, and CPython
     # deleted its subinterpreters: the exit-time sweep must not wait for (or
@@ -375,6 +412,10 @@ def _after_fork_in_child() -> None:
     # in the child (see _check_open).
     import atexit
 
+    global _creations, _creating, _forking
+    _creations = threading.Condition(threading.Lock())  # its threads are gone
+    _creating = 0
+    _forking = False
     atexit.unregister(_core._shutdown_all)
 
 
@@ -388,7 +429,10 @@ def _before_fork() -> None:
     # 3.14.10 and 3.15.2 segfault, 3.12.1 hangs). Say so before it happens,
     # once per process. A warning, not an error: the parent is unharmed, and a
     # child that only calls exec() at once may survive on some versions.
-    global _fork_warned
+    global _fork_warned, _forking
+    with _creations:
+        _forking = True
+        _creations.wait_for(lambda: _creating == 0, timeout=_FORK_WAIT)
     if _fork_warned:
         return
     others = len(_core.list_interpreter_ids()) - 1
@@ -409,4 +453,8 @@ def _before_fork() -> None:
     )
 
 
-os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

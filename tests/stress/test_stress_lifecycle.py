@@ -231,6 +231,7 @@ def test_fork_with_live_interpreters_warns_and_spares_the_parent(tmp_path):
 
         async def main():
             async with asi.InterpreterPool(2) as pool:
+                await pool.wait_ready()  # both interpreters live
                 assert await pool.run(stressfuncs.inc, 1) == 2
                 for attempt in range(2):
                     with warnings.catch_warnings(record=True) as caught:
@@ -383,6 +384,7 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
 
         async def main():
             async with asi.InterpreterPool(2) as pool:
+                await pool.wait_ready()  # both interpreters live
                 assert await pool.run(stressfuncs.inc, 1) == 2
                 codes = []
                 for _ in range(2):
@@ -414,6 +416,66 @@ def test_uvloop_subprocess_with_live_interpreters(tmp_path):
     segfaults = sys.version_info >= (3, 14) or sysconfig.get_config_var("Py_GIL_DISABLED")
     child_deaths = {-signal.SIGSEGV} if segfaults else {-signal.SIGABRT}
     assert set(codes) <= {0, "hung"} | child_deaths, codes
+
+
+def test_a_fork_waits_for_an_interpreter_being_created(tmp_path):
+    # `async with InterpreterPool(2)` returns with the second interpreter still
+    # starting. A child forked while another thread is inside CPython's
+    # interpreter creation inherits the runtime's locks held and hangs before
+    # exec (uvloop's spawn then waits for it forever): the before-fork hook
+    # waits for the creation in flight, and creations wait for the fork. The
+    # second start is held in its initializer by a pipe; the fork is asked for
+    # in a thread; the byte that lets the start end is written only once the
+    # hook is seen waiting; when fork() returns, no creation is in flight.
+    proc = run_script(
+        tmp_path,
+        """
+        import asyncio, os, threading, warnings
+        import aiosubinterp as asi, workfuncs
+        from aiosubinterp import _quirks
+
+        async def until(cond):
+            for _ in range(6000):
+                if cond():
+                    return
+                await asyncio.sleep(0.005)
+            raise AssertionError("not reached")
+
+        def fork(out):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+            out["creating"] = _quirks._creating
+            out["warnings"] = [str(w.message) for w in caught if w.category is asi.ForkWarning]
+            os.waitpid(pid, 0)
+
+        async def main():
+            r, w = os.pipe()
+            pool = asi.InterpreterPool(2, initializer=workfuncs.init_after_read, initargs=(r,))
+            os.write(w, b"1")
+            async with pool:
+                await until(lambda: _quirks._creating == 1)  # the second start, in flight
+                out = {}
+                t = threading.Thread(target=fork, args=(out,))
+                t.start()
+                await until(lambda: _quirks._forking)  # the hook waits
+                assert "creating" not in out
+                os.write(w, b"1")
+                await asyncio.to_thread(t.join)
+                print("creating at fork", out["creating"], flush=True)
+                print("warned", len(out["warnings"]), flush=True)
+                await pool.wait_ready()
+                assert await pool.run(workfuncs.add, 2, 3) == 5
+            print("parent ok", flush=True)
+
+        asyncio.run(main())
+    """,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["creating at fork 0", "warned 1", "parent ok"], proc.stdout
 
 
 def test_exit_while_interpreters_retire_after_every_task(tmp_path):

@@ -214,7 +214,8 @@ class _InterpreterBackend(_lifecycle.Lifecycle):
             self._queue, self._bootstrap(), setup, self._max_tasks, self._concurrency, self._grace
         )
         try:
-            failure = worker.start()
+            with _quirks.creating_interpreter():  # a fork() waits for it: see _quirks
+                failure = worker.start()
         except BaseException as exc:  # noqa: BLE001
             return None, exc
         if failure is None:
