@@ -228,7 +228,8 @@ def get(url: str) -> tuple[int, bytes]:
         with urllib.request.urlopen(url, timeout=DEADLINE) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        with exc:  # 3.14 warns about an HTTPError left open
+            return exc.code, exc.read()
 
 
 def get_json(url: str) -> dict:
