@@ -222,6 +222,32 @@ cdef class Hub:
     def closed(self):
         return self.h == NULL
 
+    def wake(self):
+        """Make fileno() readable, as a worker posting a completion does; False if closed.
+
+        For completions handed over in Python (LoopHub.post): the next
+        ``drain()`` clears the fd, so the caller wakes it only on its own
+        list's empty -> non-empty edge and one wakeup carries both kinds.
+
+        Thread-safety: any thread (a ProcessPool's reader threads call it).
+        """
+        cdef HubState* h
+        cdef bint live = False
+        # The pointer and a reference taken in the object's critical section,
+        # as acquire() does: a close() meanwhile cannot free the fd under us.
+        with cython.critical_section(self):
+            h = self.h
+            if h != NULL:
+                pthread_mutex_lock(&h.mu)
+                h.refs += 1
+                pthread_mutex_unlock(&h.mu)
+                live = True
+        if not live:
+            return False
+        hub_wake(h)  # one non-blocking write(2): no thread-state switch, the GIL stays held
+        hub_decref(h)
+        return True
+
     def drain(self, wanted=None):
         """Return every completion posted so far as (tid, status, flags, serial, value).
 

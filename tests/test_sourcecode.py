@@ -245,5 +245,42 @@ def test_the_executor_reads_no_private_attribute_of_another_object():
     assert not found, (
         "executor.py reads private attributes of other objects; give the object a public "
         "name for what the executor needs (a property or method of _ExecutorEngine, the "
-        "executor's Future or _Completions) and use that:\n" + "\n".join(found)
+        "executor's Future or hub.ThreadHub) and use that:\n" + "\n".join(found)
+    )
+
+
+# The loop callbacks _process/ schedules that are not results, each with why.
+PROCESS_LOOP_CALLBACKS = {
+    # The channel service's own loop, stopped from the thread closing the pool.
+    ("endservice.py", "loop.stop"),
+    # Inside a worker process: a cancellation request reaching the job's own loop.
+    ("worker.py", "task.cancel"),
+}
+
+
+def test_process_results_reach_their_callers_through_the_loops_hub():
+    # One road back to the caller: a ProcessPool's reader thread hands each
+    # result to the submitting loop's hub (LoopHub.post), which delivers a
+    # burst of them on one wakeup, as the interpreter backends' completions
+    # are. A call_soon_threadsafe per result would be a second road (one
+    # wakeup per result, and the hub's shutdown would not see it).
+    import ast
+
+    folder = EXT.parent / "src" / "aiosubinterp" / "_process"
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "call_soon_threadsafe"
+            ):
+                continue
+            callback = ast.unparse(node.args[0]) if node.args else ""
+            if (path.name, callback) not in PROCESS_LOOP_CALLBACKS:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, (
+        "_process/ hands something to a loop with call_soon_threadsafe; a task's result "
+        "goes through the loop's hub (LoopHub.post), anything else is listed with its "
+        "reason in PROCESS_LOOP_CALLBACKS:\n" + "\n".join(found)
     )

@@ -16,7 +16,6 @@ import contextvars
 import functools
 import itertools
 import os
-import select
 import threading
 import time
 import weakref
@@ -42,9 +41,6 @@ __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
 
 _PENDING = _base.PENDING
 _RUNNING = _base.RUNNING
-
-_RETIRED = _core.FLAG_RETIRED
-_complete = _jobs.complete
 
 
 def _stdlib_broken_pool() -> type:
@@ -72,14 +68,15 @@ class BrokenInterpreterPool(BrokenPoolError, _stdlib_broken_pool()):  # type: ig
 # Like the standard executors: once the interpreter starts shutting down, no
 # new work; and the program does not exit before submitted work is done.
 _global_shutdown = False
-_live: weakref.WeakSet[_Completions] = weakref.WeakSet()
+# Each started executor's completion hub (alive while its thread runs) -> its engine.
+_live: weakref.WeakKeyDictionary[_hub.ThreadHub, _ExecutorEngine] = weakref.WeakKeyDictionary()
 
 
 def _python_exit() -> None:
     global _global_shutdown
     _global_shutdown = True
-    for completions in list(_live):
-        completions.engine.close_and_wait()
+    for completions, engine in list(_live.items()):
+        engine.close_and_wait()
         completions.join()  # the done-callbacks of the last calls run too
 
 
@@ -185,6 +182,24 @@ class _ExecutorEngine(_InterpreterBackend):
         """A completion said worker serial retired (max_tasks): replace it."""
         self._on_retired(serial)
 
+    def remote_error(self, info: tuple[Any, ...]) -> BaseException:
+        """The exception a failed call's completion stands for (the ThreadHub asks)."""
+        exc = rebuild(info)
+        if (
+            isinstance(exc, BrokenPoolError)
+            and not isinstance(exc, BrokenInterpreterPool)
+            and self._broken is not None
+        ):
+            # The engine failed the queued jobs with its own BrokenPoolError.
+            return _broken_error(self)
+        return exc
+
+    def unfinished_error(self) -> BaseException:
+        """The exception for a call still pending once the engine closed (the ThreadHub asks)."""
+        if self._broken is not None:
+            return _broken_error(self)
+        return RuntimeError("the InterpreterPoolExecutor shut down before this call finished")
+
     def close_and_wait(self) -> None:
         """close() and wait, on this thread: at exit, 3.12 refuses to start helper threads."""
         state = self._begin_close()
@@ -220,111 +235,6 @@ def _on_started(engine: _ExecutorEngine, started: concurrent.futures.Future[Any]
 
 
 _LOGGER = _base.LOGGER
-
-
-class _Completions:
-    """The completion side of one executor: its hub, the futures in flight, the thread.
-
-    Holds no reference to the executor, so an executor dropped without
-    shutdown() is collected (its engine then closes and this thread ends).
-    """
-
-    def __init__(self, engine: _ExecutorEngine) -> None:
-        self.engine = engine
-        self.pending: dict[int, _futures.Future] = {}
-        self.hub = _core.Hub(use_pipe=_hub.wakeup_mechanism() == "pipe")
-        # The hub's fd says "completions"; this pipe says "the engine closed,
-        # every completion has been posted": drain once more and exit.
-        self._wake_r, self._wake_w = os.pipe()
-        self._wake_lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="aiosubinterp-executor", daemon=True)
-        self.thread.start()
-        engine.closed_future.add_done_callback(self._wake)
-        _live.add(self)
-
-    def _wake(self, _: object = None) -> None:
-        with self._wake_lock:
-            if self._wake_w >= 0:
-                os.write(self._wake_w, b"\0")
-
-    def withdraw(self, tid: int) -> bool:
-        return self.engine.withdraw(tid)
-
-    def is_running(self, tid: int) -> bool:
-        # The process-wide registry, not engine._workers: a worker serves jobs
-        # as soon as it is ready, a moment before the engine lists it.
-        return any(current == tid for _, _, current in _core.live_workers())
-
-    def _wait(self) -> Callable[[], object]:
-        fds = (self.hub.fileno(), self._wake_r)
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            for fd in fds:
-                poller.register(fd, select.POLLIN)
-            return poller.poll
-        return functools.partial(select.select, fds, (), ())
-
-    def _run(self) -> None:
-        wait = self._wait()
-        closed = self.engine.closed_future
-        try:
-            while True:
-                wait()  # releases the GIL while there is nothing to deliver
-                last = closed.done()  # read before draining: nothing can come after
-                # Values of futures no longer pending are dropped undecoded.
-                self._deliver(self.hub.drain(self.pending.__contains__))
-                if last:
-                    break
-        finally:
-            leftovers = list(self.pending.values())
-            self.pending.clear()
-            for fut in leftovers:
-                err = RuntimeError(
-                    "the InterpreterPoolExecutor shut down before this call finished"
-                )
-                if self.engine.broken is not None:
-                    err = _broken_error(self.engine)
-                try:
-                    fut.set_exception(err)
-                except concurrent.futures.InvalidStateError:
-                    pass
-            with self._wake_lock:
-                os.close(self._wake_w)
-                self._wake_w = -1
-            os.close(self._wake_r)
-            self.hub.close()
-
-    def _deliver(self, completions: list[tuple[int, int, int, int, object]]) -> None:
-        # No lock of ours is held here: set_result() runs the done-callbacks,
-        # which may submit to this executor or cancel other futures.
-        pending = self.pending
-        engine = self.engine
-        remote_error = self._remote_error
-        for tid, status, flags, serial, value in completions:
-            if flags & _RETIRED:
-                engine.worker_retired(serial)
-            fut = pending.pop(tid, None)
-            if fut is None:
-                continue
-            try:
-                _complete(fut, status, value, None, remote_error)
-            except concurrent.futures.InvalidStateError:
-                pass  # cancelled through concurrent.futures.Future.cancel(fut) meanwhile
-
-    def _remote_error(self, info: tuple[Any, ...]) -> BaseException:
-        exc = rebuild(info)
-        if (
-            isinstance(exc, BrokenPoolError)
-            and not isinstance(exc, BrokenInterpreterPool)
-            and self.engine.broken is not None
-        ):
-            # The engine failed the queued jobs with its own BrokenPoolError.
-            return _broken_error(self.engine)
-        return exc
-
-    def join(self) -> None:
-        if threading.current_thread() is not self.thread:
-            self.thread.join()
 
 
 def _without_context_run(
@@ -501,7 +411,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         )
         self._lock = threading.Lock()
         self._shutdown = False
-        self._completions: _Completions | None = None
+        self._completions: _hub.ThreadHub | None = None
         self._worker_threads: frozenset[_WorkerThread] = frozenset()
         self._engine.started_future.add_done_callback(functools.partial(_on_started, self._engine))
         # Dropped without shutdown(): finish the submitted calls, then destroy
@@ -539,11 +449,12 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         if _global_shutdown:
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
-    def _start(self) -> _Completions:
+    def _start(self) -> _hub.ThreadHub:
         with self._lock:
             self._check()
             if self._completions is None:
-                self._completions = _Completions(self._engine)
+                self._completions = _hub.ThreadHub(self._engine)
+                _live[self._completions] = self._engine
                 self._worker_threads = frozenset(
                     _WorkerThread(f"{self._thread_name_prefix}_{i}", self._engine.closed_future)
                     for i in range(self._max_workers)
@@ -584,7 +495,7 @@ class InterpreterPoolExecutor(concurrent.futures.ThreadPoolExecutor):
         # Registered before it is queued: its completion may come at once.
         owner.pending[tid] = fut
         try:
-            engine.enqueue(tid, payload, owner.hub, fn, args, kwargs)
+            engine.enqueue(tid, payload, owner.core, fn, args, kwargs)
         except BaseException as exc:
             owner.pending.pop(tid, None)
             if isinstance(exc, RuntimeError) and engine.queue_closed:

@@ -26,7 +26,7 @@ _LOGGER = _base.LOGGER
 
 
 class FutureOwner(Protocol):
-    """What a Future asks of the executor side that made it (executor._Completions)."""
+    """What a Future asks of the executor side that made it (hub.ThreadHub)."""
 
     pending: dict[int, Any]  # tid -> Future, still to be completed
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import contextvars
@@ -57,7 +56,7 @@ _BIG_PAYLOAD = 1 << 20
 
 
 class _Job:
-    __slots__ = ("fds", "keys", "loop", "payload", "proc", "task", "tid")
+    __slots__ = ("fds", "hub", "keys", "payload", "proc", "task", "tid")
 
     def __init__(
         self,
@@ -66,14 +65,14 @@ class _Job:
         fds: list[int],
         keys: list[int],
         task: Task,
-        loop: asyncio.AbstractEventLoop,
+        hub: _hub.LoopHub,
     ) -> None:
         self.tid = tid
         self.payload = payload
         self.fds = fds
         self.keys = keys
         self.task = task
-        self.loop = loop
+        self.hub = hub  # the submitting loop's: the result goes back through it
         self.proc: _Proc | None = None
 
 
@@ -376,7 +375,7 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         tid = _lifecycle.next_task_id()
         task = Task(loop, self, tid, name, None)
-        job = _Job(tid, body, fds, keys, task, loop)
+        job = _Job(tid, body, fds, keys, task, _hub.hub_for(loop))
         output = _jobs.output_bits(self._log_sink is not None)
         if sys.path != self._path or output != self._output:
             self._new_settings(output)
@@ -464,10 +463,9 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
             self._deliver(job, _core.STATUS_ERROR, _jobs.error_value(exc))
 
     def _deliver(self, job: _Job, status: int, value: object) -> None:
-        try:
-            job.loop.call_soon_threadsafe(job.task._deliver, status, value)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
+        # Any thread: the loop's hub completes the task on the loop's thread
+        # (a burst of results, one wakeup), or drops it if the loop closed.
+        job.hub.post(job.task, status, value)
 
     # -- the reader thread of each worker -----------------------------------------
 
