@@ -77,6 +77,25 @@ async def test_a_burst_of_posted_results_costs_one_wakeup_and_keeps_its_order():
     assert log[0][:3] == ("late", _core.STATUS_OK, done.set)
 
 
+class Refuses(Recorder):
+    def _deliver(self, status: int, value: object) -> None:
+        raise RuntimeError("a delivery that fails")
+
+
+async def test_a_failing_delivery_leaves_the_results_after_it_for_the_next_drain():
+    hub = _hub.hub_for(asyncio.get_running_loop())
+    log: list[tuple[object, ...]] = []
+    posts = [(Recorder(log, 0), _core.STATUS_OK, 0), (Refuses(log, 1), _core.STATUS_OK, 1)]
+    posts += [(Recorder(log, i), _core.STATUS_OK, i) for i in range(2, 5)]
+    _post_from_a_thread(hub, posts)
+    with pytest.raises(RuntimeError, match="a delivery that fails"):
+        hub.drain()  # the loop would hand this to its exception handler
+    assert [entry[0] for entry in log] == [0]
+    assert _wakeups(hub) == 1  # the rest went back, and the fd says so
+    hub.drain()
+    assert [entry[0] for entry in log] == [0, 2, 3, 4]
+
+
 async def test_a_hub_shut_down_delivers_what_was_posted_and_later_posts_still_arrive():
     loop = asyncio.get_running_loop()
     hub = _hub.hub_for(loop)

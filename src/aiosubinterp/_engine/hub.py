@@ -211,8 +211,22 @@ class LoopHub:
         if self._posted:
             with self._posted_lock:
                 posted, self._posted = self._posted, []
-            for task, status, value in posted:
-                task._deliver(status, value)
+            rest = iter(posted)
+            try:
+                for task, status, value in rest:
+                    task._deliver(status, value)
+            except BaseException:
+                self._repost(list(rest))  # for the next drain, in order: none is lost
+                raise
+
+    def _repost(self, results: list[tuple[Task, int, object]]) -> None:
+        if not results:
+            return
+        with self._posted_lock:
+            if self.closed:
+                return
+            self._posted[:0] = results
+        self.core.wake()
 
     async def shutdown(self) -> None:
         if self.closed:
