@@ -280,8 +280,13 @@ cdef class Hub:
         cdef int flags
         # Clear the fd before taking the list: a completion posted after the
         # take finds an empty list and writes the fd again, so none is lost.
-        while read(h.rfd, sink, sizeof(sink)) > 0:
-            pass
+        # One read clears an eventfd (it returns, and zeroes, the counter); a
+        # pipe is read until empty.
+        if h.is_pipe:
+            while read(h.rfd, sink, sizeof(sink)) > 0:
+                pass
+        else:
+            read(h.rfd, sink, 8)
         share_drain(current_owner())
         pthread_mutex_lock(&h.mu)
         c = h.head
