@@ -7,7 +7,7 @@ httptools and uvloop when they are installed). The class lives in the
 fallback. Imported by gunicorn's processes only, never by the served app.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 try:
     from uvicorn_worker import UvicornWorker
@@ -16,4 +16,4 @@ except ImportError:  # uvicorn before the split into uvicorn-worker
 
 
 class H11AsyncioWorker(UvicornWorker):  # type: ignore[misc]
-    CONFIG_KWARGS: dict[str, Any] = {"loop": "asyncio", "http": "h11", "lifespan": "off"}
+    CONFIG_KWARGS: ClassVar[dict[str, Any]] = {"loop": "asyncio", "http": "h11", "lifespan": "off"}

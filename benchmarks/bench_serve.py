@@ -1,4 +1,4 @@
-"""``python -m aiosubinterp serve`` against uvicorn and gunicorn ``--workers``: requests/s, p99, memory (wrk).
+"""``python -m aiosubinterp serve`` against uvicorn and gunicorn: requests/s, p99, memory (wrk).
 
 The same plain ASGI application (``benchmarks/_serveapp.py``: ``/plaintext``,
 ``/json``, and ``/cpu``, ~1 ms of pure-Python CPU per request) is served by
@@ -26,6 +26,9 @@ PSS (proportional set size: shared pages divided among the processes that
 share them) and the USS (pages no other process maps) summed over the
 server's process and all its descendants, read after the load (warm
 servers); the supervisor processes (uvicorn's, gunicorn's arbiter) count.
+The .pyc files of aiosubinterp and of the app are compiled first, as a
+wheel's install does (an editable install with PYTHONDONTWRITEBYTECODE would
+compile them again in every interpreter).
 
 Targets (one run, same machine), against each like-for-like anchor at each
 worker count:
@@ -169,7 +172,8 @@ def _wait_workers(pid: int, kind: str, workers: int, timeout: float = 30.0) -> N
     """Until a process server has all its workers (the first answer may come from one alone)."""
     if kind == OURS:
         return  # one process; serve answers once its interpreters started
-    # uvicorn: supervisor + workers (+ multiprocessing's resource tracker); gunicorn: arbiter + workers
+    # uvicorn: supervisor, workers and multiprocessing's resource tracker;
+    # gunicorn: arbiter and workers.
     deadline = time.monotonic() + timeout
     while len(_machine.descendants(pid)) < workers and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -348,7 +352,8 @@ def report(results: dict[str, list[dict[str, Any]]], params: dict[str, Any]) -> 
     notes = [
         f"--workers {', '.join(counts)}; wrk -t2 -c{params['connections']}, "
         f"{params['seconds']} s per route after a 1 s warm-up, on the same machine; "
-        "requests/s worst route: the lowest of the three routes' ratios",
+        "requests/s worst route: the lowest of the three routes' ratios; "
+        "aiosubinterp's and the app's .pyc compiled first",
         *memory.infos,
     ]
     summary = {
@@ -402,6 +407,22 @@ def _chart(path: str) -> None:
     print(f"bench_serve: chart written to {path}", file=sys.stderr)
 
 
+def prepare(params: dict[str, Any]) -> dict[str, Any]:
+    """Compile aiosubinterp's and the app's .pyc files, as installing a wheel does.
+
+    An editable install on a machine with PYTHONDONTWRITEBYTECODE set would
+    compile them from source in every interpreter: ~1 MiB more each, which
+    uvicorn and gunicorn (their .pyc written by pip) do not pay.
+    """
+    import compileall
+
+    spec = importlib.util.find_spec("aiosubinterp")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in [*folders, HERE]:
+        compileall.compile_dir(folder, quiet=2)
+    return params
+
+
 def main() -> int:
     workers, chart = _options()
     code = _harness.main(
@@ -411,6 +432,7 @@ def main() -> int:
         full={"seconds": 5, "connections": 64, "rounds": 3, "workers": workers},
         quick={"seconds": 1, "connections": 32, "rounds": 1, "workers": workers},
         report=report,
+        prepare=prepare,
         child_timeout=(120.0 * len(workers), 60.0 * len(workers)),
     )
     if chart and _REPORTED:

@@ -301,8 +301,7 @@ def test_the_server_side_loads_only_what_it_runs(server):
     # Every interpreter pays for each module it imports: the HTTP code does
     # not import urllib.parse (and ipaddress with it), and main, which only
     # names the worker's function, does not import h11 or the HTTP code.
-    status, body = get(server.url + "/modules")
-    modules = set(json.loads(body))
+    modules = set(json.loads(get(server.url + "/modules")[1]))
     assert "h11" in modules and "aiosubinterp._serve.http" in modules
     assert not modules & {"urllib.parse", "ipaddress"}
     code = (
