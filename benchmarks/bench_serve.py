@@ -387,19 +387,19 @@ def _options() -> tuple[list[int], str | None]:
     return workers, known.chart
 
 
-def _chart(path: str) -> None:
+def _chart(path: str, load: str) -> None:
+    """The PNG `python -m aiosubinterp bench` would draw of this run; `load`: the load averages."""
     import datetime
     import platform
 
     from aiosubinterp.demo import bench
 
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     doc = {
         "benchmark": "bench_serve.py",
         "title": TITLE,
-        "meta": {
-            "python": platform.python_version(),
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        },
+        # the subtitle says "Python {python}, {date}": the load goes with the date
+        "meta": {"python": platform.python_version(), "date": f"{date}, load average {load}"},
         **_REPORTED,
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -425,6 +425,7 @@ def prepare(params: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     workers, chart = _options()
+    load = _machine.loadavg().split()[0]
     code = _harness.main(
         doc=__doc__ or "",
         title=TITLE,
@@ -437,7 +438,7 @@ def main() -> int:
     )
     if chart and _REPORTED:
         try:
-            _chart(chart)
+            _chart(chart, f"{load} to {_machine.loadavg().split()[0]}")
         except ImportError as exc:
             print(f"bench_serve: no chart ({exc}; the `bench` extra)", file=sys.stderr)
     return code
