@@ -39,6 +39,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULT_MARK = "@@bench-result "
 LOOPS = ("asyncio", "uvloop")
+# The command line as given: a script may take its own options out of
+# sys.argv (bench_http's --chart, bench_serve's --workers) before main() parses it.
+ARGV = list(sys.argv)
 
 
 def _git_rev() -> str:
@@ -61,7 +64,7 @@ def collect_meta(loop: str) -> dict[str, Any]:
         ours = f"{aiosubinterp.__version__} ({os.path.dirname(aiosubinterp.__file__)})"
     except Exception as exc:  # noqa: BLE001
         ours = f"not importable: {exc}"
-    command = shlex.join(["python", *sys.argv])
+    command = shlex.join(["python", *ARGV])
     if os.environ.get("PYTHONPATH"):
         command = f"PYTHONPATH={os.environ['PYTHONPATH']} {command}"
     return {

@@ -143,6 +143,13 @@ def pss_kib(pid: int | str = "self") -> int:
     return _status_kib(pid, "Pss", "smaps_rollup")
 
 
+def uss_kib(pid: int | str = "self") -> int:
+    """Unique set size (the pages no other process maps: Private_Clean + Private_Dirty) in KiB."""
+    return _status_kib(pid, "Private_Clean", "smaps_rollup") + _status_kib(
+        pid, "Private_Dirty", "smaps_rollup"
+    )
+
+
 def tree_memory() -> dict[str, int]:
     """RSS and PSS (KiB) of this process and, separately, of all its live descendants."""
     kids = descendants()

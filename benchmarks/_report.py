@@ -160,9 +160,10 @@ class Table:
                 self.infos.append(f"{name}: {good[0]['info']}")
             yield name, good
 
-    def add(self, name: str, *cells: str) -> None:
+    def add(self, name: str, *cells: str, key: str | None = None) -> None:
+        """The row of contender `name`; `key`: one more row of it (a row per worker count)."""
         row = [self._labels.get(name, name), *cells]
-        self.rows[name] = row + [""] * (len(self.headers) - len(row))
+        self.rows[key or name] = row + [""] * (len(self.headers) - len(row))
 
     def set(self, name: str, column: int, text: str) -> None:
         if name in self._labels:  # not on error rows

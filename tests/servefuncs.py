@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 
 import aiosubinterp
@@ -117,6 +118,8 @@ async def app(scope, receive, send):
         while not os.path.exists(target):
             time.sleep(0.01)  # noqa: ASYNC251 - blocking the loop is the point
         await _reply(send, b"unblocked")
+    elif path == "/modules":
+        await _reply(send, json.dumps(sorted(sys.modules)).encode(), b"application/json")
     elif path == "/error":
         raise RuntimeError("the application failed on purpose")
     elif path == "/exit":

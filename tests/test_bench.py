@@ -592,3 +592,70 @@ def test_scaling_report_efficiency_and_lock_ranks(bench_scaling):
     assert verdicts["tasks/s at 4 workers / to_thread's"] == "PASS"  # 4x
     assert verdicts["(info) efficiency at 4 workers, tiny tasks"] == "PASS"  # 0.5x
     assert verdicts["(info) efficiency at 4 workers, streams to the loop"] == "n/a"
+
+
+# -- benchmarks/bench_serve.py's options and report (no wrk, no server) -------------------
+
+
+@pytest.fixture(scope="module")
+def bench_serve():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("bench_serve")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_serve_workers_and_chart_options(bench_serve, monkeypatch):
+    argv = ["bench_serve.py", "--quick", "--workers", "2,4,8", "--chart", "c.png"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert bench_serve._options() == ([2, 4, 8], "c.png")
+    assert sys.argv == ["bench_serve.py", "--quick"]
+    assert bench_serve._options() == ([2, 4], None)  # the defaults
+    for bad in ("0", "two", ","):
+        monkeypatch.setattr(sys, "argv", ["bench_serve.py", "--workers", bad])
+        with pytest.raises(SystemExit, match="expected worker counts >= 1"):
+            bench_serve._options()
+
+
+def _serve_round(rps, pss):
+    return {
+        "by_workers": {
+            n: {
+                "routes": {
+                    route: {"requests_per_s": r, "p50_ms": 1.0, "p99_ms": 9.0, "errors": 0}
+                    for route, r in zip(("plaintext", "json", "cpu"), rps[n], strict=True)
+                },
+                "pss_mib": pss[n],
+                "uss_mib": pss[n] - 2,
+                "processes": 1,
+            }
+            for n in rps
+        },
+        "info": "serve",
+    }
+
+
+def test_serve_report_has_a_row_per_worker_count_and_targets_per_anchor(bench_serve):
+    results = {
+        "aiosubinterp serve": [
+            _serve_round({"2": (900, 1000, 50), "4": (1800, 2000, 90)}, {"2": 30, "4": 50})
+        ],
+        "uvicorn h11 asyncio": [
+            _serve_round({"2": (1000, 1000, 100), "4": (2000, 2000, 100)}, {"2": 60, "4": 90})
+        ],
+        "gunicorn uvicorn h11": [{"error": "gunicorn not installed"}],
+    }
+    rep = bench_serve.report(results, {"workers": [2, 4], "connections": 64, "seconds": 5})
+    plaintext = rep.tables[0][2]
+    assert [row[:3] for row in plaintext[:2]] == [
+        ["aiosubinterp serve", "2", "900"],
+        ["aiosubinterp serve", "4", "1,800"],
+    ]
+    assert plaintext[-1][2].startswith("error: gunicorn not installed")
+    targets = {t.what: t for t in rep.targets}
+    worst = targets["requests/s, worst route / uvicorn h11 asyncio's, 2 workers"]
+    assert worst.measured == pytest.approx(0.5) and worst.verdict == "MISS"  # /cpu: 50 / 100
+    assert targets["PSS / uvicorn h11 asyncio's, 4 workers"].measured == pytest.approx(50 / 90)
+    assert targets["PSS / gunicorn uvicorn h11's, 2 workers"].verdict == "n/a"
+    assert rep.summary["requests_per_s"]["aiosubinterp serve, 4 workers"] == 1800

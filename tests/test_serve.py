@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import h11
@@ -281,6 +283,35 @@ def test_plaintext_and_json_from_different_interpreters(server):
     assert (answer["method"], answer["query"], answer["root_path"]) == ("GET", "x=1", "")
     # Access lines of every interpreter reach main's logging (its stderr handler).
     server.wait_for(r'INFO: 127\.0\.0\.1:\d+ - "GET /json\?x=1 HTTP/1\.1" 200')
+
+
+def test_the_path_is_percent_decoded_as_urllib_does(server):
+    from aiosubinterp._serve.http import unquote_path
+
+    status, body = get(server.url + "/js%6Fn")  # "/json"
+    assert status == 200 and json.loads(body)["method"] == "GET"
+    parts = [b"%", b"e2", b"82", b"AC", b"ac", b"g", b"/", b"%2", b"ff", b"\xff", b"C3", b"A9"]
+    rng = random.Random(5)
+    for _ in range(5000):
+        raw = b"".join(rng.choice(parts) for _ in range(rng.randint(0, 10)))
+        assert unquote_path(raw) == urllib.parse.unquote(raw.decode("ascii", "replace")), raw
+
+
+def test_the_server_side_loads_only_what_it_runs(server):
+    # Every interpreter pays for each module it imports: the HTTP code does
+    # not import urllib.parse (and ipaddress with it), and main, which only
+    # names the worker's function, does not import h11 or the HTTP code.
+    modules = set(json.loads(get(server.url + "/modules")[1]))
+    assert "h11" in modules and "aiosubinterp._serve.http" in modules
+    assert not modules & {"urllib.parse", "ipaddress"}
+    code = (
+        "import sys; from aiosubinterp._serve import main, worker; "
+        "print(sorted({'h11', 'aiosubinterp._serve.http', 'urllib.parse'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=DEADLINE, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def test_keep_alive_and_pipelining(server):

@@ -29,8 +29,6 @@ import sys
 import traceback
 from typing import Any
 
-from aiosubinterp._serve.http import Connection, ServerState
-
 __all__ = ["load_app", "serve_interpreter"]
 
 _log = logging.getLogger("aiosubinterp.serve")
@@ -153,6 +151,10 @@ async def serve_interpreter(
 ) -> tuple[Any, ...]:
     """Serve ``app_path`` on the listening socket ``fd`` until told to stop; see the module."""
     import aiosubinterp
+
+    # Here, not at the top: main imports this module to name this function
+    # for the pool, and must not load h11 and the HTTP code it never runs.
+    from aiosubinterp._serve.http import Connection, ServerState
 
     loop = asyncio.get_running_loop()
     try:
