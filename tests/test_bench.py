@@ -245,13 +245,18 @@ Transfer/sec:    377.49MB
 """
 
 
-@pytest.fixture(scope="module")
-def bench_http():
+def _import_benchmarks(*names):
+    """Import modules of benchmarks/ by name (the folder on sys.path only meanwhile)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        return importlib.import_module("bench_http")
+        return tuple(importlib.import_module(name) for name in names)
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="module")
+def bench_http():
+    return _import_benchmarks("bench_http")[0]
 
 
 def test_wrk_units(bench_http):
@@ -466,11 +471,7 @@ def test_wrk_missing_without_root_says_how_to_install(bench_http, monkeypatch):
 
 @pytest.fixture(scope="module")
 def bench_contenders():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("_contenders"), importlib.import_module("_work")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return _import_benchmarks("_contenders", "_work")
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -505,11 +506,7 @@ def test_thread_contenders_run_by_default_exactly_on_free_threaded_builds(bench_
 
 @pytest.fixture(scope="module")
 def bench_scaling():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("bench_scaling")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return _import_benchmarks("bench_scaling")[0]
 
 
 def test_scaling_worker_counts_double_up_to_the_limit(bench_scaling):
@@ -599,11 +596,7 @@ def test_scaling_report_efficiency_and_lock_ranks(bench_scaling):
 
 @pytest.fixture(scope="module")
 def bench_serve():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("bench_serve")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return _import_benchmarks("bench_serve")[0]
 
 
 def test_serve_workers_and_chart_options(bench_serve, monkeypatch):
