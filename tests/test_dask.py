@@ -1,7 +1,7 @@
 """Dask distributed: the interpreter executor inside Dask workers, DaskPool in front of a cluster.
 
 Every cluster is a real ``distributed.LocalCluster`` on loopback (TCP on
-127.0.0.1, no dashboard), started and closed by its test. Most use an
+127.0.0.1, its HTTP server on an ephemeral port), started and closed by its test. Most use an
 in-process worker (``processes=False``: the same worker code, fast to
 start, and its interpreters are visible to the leak check); the tests
 with "process" or "worker_command" in their name use real worker processes
@@ -47,7 +47,10 @@ CLUSTER = {
     "threads_per_worker": 2,
     "host": "127.0.0.1",
     "protocol": "tcp",
-    "dashboard_address": None,
+    # The scheduler serves HTTP (health, metrics) even without a dashboard, on
+    # port 8787 unless told: an ephemeral port, so a process holding 8787
+    # (another cluster, another test run) cannot turn its warning into an error.
+    "dashboard_address": ":0",
 }
 
 
@@ -353,7 +356,7 @@ def test_dask_worker_command_with_the_preload_and_its_options():
     main = _core.main_interpreter_id()
     with (
         LocalCluster(
-            n_workers=0, processes=False, host="127.0.0.1", protocol="tcp", dashboard_address=None
+            n_workers=0, processes=False, host="127.0.0.1", protocol="tcp", dashboard_address=":0"
         ) as cluster,
         Client(cluster, timeout=TIMEOUT) as client,
     ):

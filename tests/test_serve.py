@@ -791,3 +791,44 @@ def test_the_function_serves_a_unix_socket(tmp_path):
         r'aiosubinterp\.serve\.access interp=[1-9]\d* - - "GET / HTTP/1\.1" 200', out
     ), out
     assert not path.exists()  # removed at exit
+
+
+async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
+    # asyncio's loop makes the protocol of an accepted socket one step before
+    # its transport: an interpreter told to stop (or recycled) in between must
+    # still answer that connection's request, not close it under the client
+    # (seen as "connection reset" with --limit-max-requests).
+    from aiosubinterp._serve.http import Connection, ServerState
+
+    async def app(scope, receive, send):
+        headers = [(b"content-length", b"17")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"late but answered"})
+
+    cfg = {
+        "root_path": "",
+        "timeout_keep_alive": DEADLINE,
+        "h11_max_incomplete_event_size": 16384,
+        "limit_concurrency": None,
+        "limit_max_requests": None,
+        "access_log": False,
+    }
+    state = ServerState(app, cfg, {}, ("127.0.0.1", 0))
+    conn = Connection(state)  # the protocol factory ran; no transport yet
+    state.stop()
+    assert not state.idle.is_set()  # the stop waits for that connection
+    ours, client = socket.socketpair()
+    client.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.connect_accepted_socket(lambda: conn, ours)
+        await loop.sock_sendall(client, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = b""
+        while chunk := await asyncio.wait_for(loop.sock_recv(client, 65536), DEADLINE):
+            answer += chunk
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert b"connection: close" in answer and answer.endswith(b"late but answered")
+    await asyncio.wait_for(state.idle.wait(), DEADLINE)
+    assert not state.connections

@@ -135,6 +135,11 @@ class Connection(asyncio.Protocol):
         self.reading_paused = False
         self.served = 0  # responses finished on this connection
         self.idle_timer: asyncio.TimerHandle | None = None
+        # Counted from here, not from connection_made: asyncio's loop calls the
+        # protocol factory for an accepted socket one loop step before the
+        # transport exists. A stop in between must wait for this connection's
+        # first request, or the socket would be closed under its client.
+        state.connections.add(self)
 
     # -- asyncio.Protocol -----------------------------------------------------------
 
@@ -142,7 +147,6 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
-        self.state.connections.add(self)
         self._arm_idle_timer()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -293,8 +297,15 @@ class Connection(asyncio.Protocol):
         # A connection that has not sent its first request yet was accepted
         # just before the stop: its request is answered (then it closes), or
         # the keep-alive timeout closes it.
-        if self.cycle is None and self.served:
+        if self.cycle is None and self.served and self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now (the graceful timeout is over)."""
+        if self.transport is not None:
+            self.transport.abort()
+        else:  # never connected: nothing of it is left to wait for
+            self.state.forget(self)
 
     def _pause_reading(self) -> None:
         if not self.reading_paused:

@@ -202,6 +202,11 @@ async def serve_interpreter(
     for t in (told, limit):
         t.cancel()
     server.close()  # this interpreter accepts no more (the others go on)
+    # A socket asyncio's loop accepted before the close gets its protocol in
+    # the task it queued for it, which runs before this one resumes: after
+    # this step every accepted connection is in srv.connections, and the stop
+    # below waits for it (uvloop makes the protocol as it accepts).
+    await asyncio.sleep(0)
     srv.stop()
     events.send_nowait(("closed", ticket, me))
     grace = 0 if forced else cfg["timeout_graceful_shutdown"]
@@ -220,7 +225,7 @@ async def serve_interpreter(
         for task in list(srv.tasks):
             task.cancel()
         for conn in list(srv.connections):
-            conn.transport.abort()
+            conn.abort()
         await asyncio.gather(*srv.tasks, return_exceptions=True)
     await server.wait_closed()
     for handle in beats:
