@@ -30,7 +30,8 @@
 #   make clean      remove venvs, build products and stamps
 #
 # Variables: INSTALL (wheel, the default, or editable: how the venvs get the
-# project, see .ext.stamp), PYTEST_ARGS (extra pytest arguments), BENCH_ARGS,
+# project, see .ext.stamp), PYTEST_ARGS (extra pytest arguments), TEST_SET
+# (full, the default, or core: see tests/conftest.py), BENCH_ARGS,
 # PYTHON_VERSIONS (here: default "3.13 3.12"; for `make test`, the minor
 # versions looked for here, default all supported; "3.13t" names the
 # free-threaded build, see .deps.stamp below), SID_VERSIONS (`make
@@ -72,6 +73,9 @@ COPIES_EXTRA ?= ,copies
 # wheels, so those venvs go without (the test skips there).
 KERNEL_EXTRA ?= ,kernel
 PYTEST_ARGS ?=
+# The test set (tests/conftest.py): full, or core (what `make test` runs on
+# the Pythons after its first two).
+TEST_SET ?= full
 BENCH_ARGS ?=
 # Backstop for a hang that pytest-timeout cannot interrupt (a deadlock in C
 # with the main GIL held): kill the pytest run after this many seconds.
@@ -187,9 +191,9 @@ lint: .venv-$(LINT_PYTHON)/.lint.stamp
 test-here: venv
 	@failed=""; \
 	for v in $(PYTHON_VERSIONS); do \
-	    echo "=== pytest on Python $$v ($$(.venv-$$v/bin/python -V)) ==="; \
+	    echo "=== pytest on Python $$v ($$(.venv-$$v/bin/python -V)), test set $(TEST_SET) ==="; \
 	    rc=0; \
-	    AIOSUBINTERP_TEST_INSTALL=$(INSTALL) $(RUN_ENV) timeout --foreground -k 30 $(TEST_WALL_TIMEOUT) .venv-$$v/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	    AIOSUBINTERP_TEST_INSTALL=$(INSTALL) AIOSUBINTERP_TEST_SET=$(TEST_SET) $(RUN_ENV) timeout --foreground -k 30 $(TEST_WALL_TIMEOUT) .venv-$$v/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	    case $$rc in \
 	        0) ;; \
 	        5) echo "ERROR: pytest on Python $$v collected no tests (exit 5)"; failed="$$failed $$v";; \

@@ -14,6 +14,14 @@
 #            more without a pip cache; then cached). FT_BUILD=0 skips the
 #            build; the summary says when the free-threaded run was skipped.
 #
+# Test sets (tests/conftest.py): the whole suite ("full") on 3.13 here (its
+# oldest patch on the project's machines) and 3.14 in the chroot, both event
+# loops; "core" on the others: the suite without the files whose subject does
+# not change with the Python (docs, benchmarks' tooling, demo, examples, Dask,
+# serve), on asyncio only. On a slow 2-core machine the full suite on all six
+# runs took over CI's 90 minutes. FULL_RUNS ("where:version" words, default
+# "here:3.13 chroot:3.14") names the full runs; FULL_RUNS=all makes all full.
+#
 # Every run goes on after a failure; the summary lists each Python, where it
 # ran, its patch and the verdict. A supported minor version that ran nowhere
 # is listed as skipped with how to get it; under CI=true that fails the run,
@@ -34,6 +42,11 @@ read -r -a HERE <<<"${PYTHON_VERSIONS:-${SUPPORTED[*]}}"
 read -r -a SID <<<"${SID_VERSIONS-3.13 3.14 3.15}"
 read -r -a FT <<<"${FT_VERSIONS-3.13t}"
 MAKE="${MAKE:-make}"
+FULL_RUNS="${FULL_RUNS-here:3.13 chroot:3.14}"
+
+test_set() {  # where version -> full or core
+    if [[ "$FULL_RUNS" == all || " $FULL_RUNS " == *" $1:$2 "* ]]; then echo full; else echo core; fi
+}
 
 declare -a rows=()
 failed=0
@@ -72,8 +85,8 @@ patch_of() {  # interpreter path -> "3.13.0"
     "$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?"
 }
 
-record() {  # version where patch verdict
-    rows+=("$(printf '%-5s %-8s %-8s %s' "$1" "$2" "$3" "$4")")
+record() {  # version where patch verdict [set]
+    rows+=("$(printf '%-10s %-8s %-8s %-5s %s' "$1" "$2" "$3" "${5:-}" "$4")")
     [[ "$4" == passed ]] || failed=1
     covered[$1]=1
 }
@@ -95,11 +108,13 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 run_here() {  # version interpreter patch: the suite on it, here, recorded
-    echo "=== Python $1 here: $2 ($3) ==="
-    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$1"; then
-        record "$1" here "$3" passed
+    local set
+    set="$(test_set here "$1")"
+    echo "=== Python $1 here: $2 ($3), test set $set ==="
+    if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$1" TEST_SET="$set"; then
+        record "$1" here "$3" passed "$set"
     else
-        record "$1" here "$3" FAILED
+        record "$1" here "$3" FAILED "$set"
     fi
 }
 
@@ -136,11 +151,12 @@ if [[ ${#SID[@]} -gt 0 ]]; then
         if bash scripts/pythons.sh provision; then
             for v in "${SID[@]}"; do
                 patch="$(bash scripts/pythons.sh run "python$v" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "?")"
-                echo "=== Python $v in the Debian unstable root ($patch) ==="
-                if logged bash scripts/pythons.sh run "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v"; then
-                    record "$v" chroot "$patch" passed
+                set="$(test_set chroot "$v")"
+                echo "=== Python $v in the Debian unstable root ($patch), test set $set ==="
+                if logged bash scripts/pythons.sh run "$MAKE" --no-print-directory test-here PYTHON_VERSIONS="$v" TEST_SET="$set"; then
+                    record "$v" chroot "$patch" passed "$set"
                 else
-                    record "$v" chroot "$patch" FAILED
+                    record "$v" chroot "$patch" FAILED "$set"
                 fi
             done
         else
@@ -161,20 +177,20 @@ DEBUG_TESTS="${DEBUG_TESTS-tests/test_locks_and_timeouts.py tests/test_crossing_
 if [[ -n "$DEBUG_TESTS" ]] && py="$(bash scripts/find-python.sh 3.13 2>/dev/null)"; then
     echo "=== Python 3.13 here, debug build (lock order checked): $DEBUG_TESTS ==="
     if logged "$MAKE" --no-print-directory test-here PYTHON_VERSIONS=3.13 AIOSUBINTERP_DEBUG=1 \
-            PYTEST_ARGS="$DEBUG_TESTS"; then
-        record "3.13 debug" here "$(patch_of "$py")" passed
+            PYTEST_ARGS="$DEBUG_TESTS" TEST_SET=core; then
+        record "3.13 debug" here "$(patch_of "$py")" passed core
     else
-        record "3.13 debug" here "$(patch_of "$py")" FAILED
+        record "3.13 debug" here "$(patch_of "$py")" FAILED core
     fi
 fi
 
 echo
 echo "=== test matrix ==="
-printf '%-5s %-8s %-8s %s\n' python where patch result
+printf '%-10s %-8s %-8s %-5s %s\n' python where patch set result
 for r in "${rows[@]}"; do echo "$r"; done
 for v in "${SUPPORTED[@]}"; do
     if [[ -z "${covered[$v]:-}" ]]; then
-        printf '%-5s %-8s %-8s %s\n' "$v" - - "SKIPPED: not found (pyenv install $v, or as root: bash scripts/pythons.sh provision)"
+        printf '%-10s %-8s %-8s %-5s %s\n' "$v" - - - "SKIPPED: not found (pyenv install $v, or as root: bash scripts/pythons.sh provision)"
         if [[ "${CI:-}" == true ]]; then failed=1; fi
     fi
 done

@@ -63,10 +63,23 @@ def _warm_up_loops():
 @pytest.fixture(autouse=True)
 def no_leaks(_warm_up_loops):
     """No interpreter, worker thread or fd outlives the test."""
-    gc.collect()
     fds = _fds()
     threads = _threads()
     yield
+
+    def clean() -> bool:
+        return (
+            not _core.live_workers()
+            and _threads() <= threads
+            and not (_fds() - fds)
+            and _core.list_interpreter_ids() == [_core.main_interpreter_id()]
+        )
+
+    # A full collection costs ~0.15 s once the suite's modules are loaded (a
+    # third of the suite's time when it ran twice per test): only when
+    # something looks left over, to free what only garbage still holds.
+    if clean():
+        return
     gc.collect()
     assert _settled(lambda: not _core.live_workers()), (
         f"worker interpreters outlived the test: {_core.live_workers()}"
@@ -88,3 +101,65 @@ def pipe():
             os.close(fd)
         except OSError:
             pass
+
+
+# The test sets (AIOSUBINTERP_TEST_SET). "full", the default, is the whole
+# suite. "core" is what `make test` runs on the Pythons after the first two
+# (scripts/test-matrix.sh): the suite without the files below, whose subject
+# does not change with the CPython version or build (the documentation site,
+# the benchmarks' tooling and history, the demo, the command line, the source
+# rules, the ELF reader, the example web applications, Dask and serve, which
+# run on both full-set Pythons), and with each async test on asyncio only
+# (uvloop's variants run on the full-set Pythons).
+ONCE_FILES = frozenset(
+    {
+        "test_bench.py",
+        "test_bench_history.py",
+        "test_cli.py",
+        "test_dask.py",
+        "test_demo.py",
+        "test_demo_live.py",
+        "test_docs.py",
+        "test_elf.py",
+        "test_examples_aiohttp.py",
+        "test_examples_starlette.py",
+        "test_serve.py",
+        "test_sourcecode.py",
+        "test_stub.py",
+    }
+)
+TEST_SETS = ("full", "core")
+
+
+def _test_set(config) -> str:
+    name = os.environ.get("AIOSUBINTERP_TEST_SET", "full") or "full"
+    if name not in TEST_SETS:
+        raise pytest.UsageError(
+            f"AIOSUBINTERP_TEST_SET={name!r}: not a test set; use one of {', '.join(TEST_SETS)}"
+        )
+    return name
+
+
+def _on_uvloop(item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "uvloop" in callspec.id.split("-")
+
+
+def pytest_report_header(config):
+    name = _test_set(config)
+    if name == "core":
+        return "test set: core (AIOSUBINTERP_TEST_SET): asyncio only, without " + ", ".join(
+            sorted(ONCE_FILES)
+        )
+    return "test set: full"
+
+
+def pytest_collection_modifyitems(config, items):
+    if _test_set(config) != "core":
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.path.name in ONCE_FILES or _on_uvloop(item) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
