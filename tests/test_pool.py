@@ -401,6 +401,25 @@ async def test_a_later_start_that_fails_leaves_the_pool_running(gate, caplog):
     )
 
 
+async def test_a_later_start_refused_because_the_process_exits_is_not_reported(
+    gate, caplog, monkeypatch
+):
+    # At exit, _core's sweep lets no new interpreter start: a pool whose other
+    # interpreters were still starting (a script that ends right after its
+    # first result) must not print a warning with a traceback as it exits.
+    from aiosubinterp._engine import lifecycle
+
+    pool = gate.pool(2)
+    gate.let(b"g")
+    async with pool:
+        monkeypatch.setattr(lifecycle, "_exiting", True)  # as the atexit hook does
+        gate.let(b"f")
+        await asyncio.wait_for(pool.wait_ready(), 60)
+        assert pool.statistics()["state"] == "running"
+        assert await pool.run(workfuncs.square, 3) == 9
+    assert not [r for r in caplog.records if "failed to start" in r.getMessage()]
+
+
 async def test_a_first_start_that_fails_breaks_the_pool_and_starts_no_other(gate):
     pool = gate.pool(3)
     task = pool.submit(workfuncs.square, 3)

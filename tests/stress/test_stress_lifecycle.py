@@ -326,6 +326,7 @@ def test_multiprocessing_fork_next_to_a_live_pool(tmp_path):
 
         async def main():
             async with asi.InterpreterPool(2) as pool:
+                await pool.wait_ready()  # both live (async with waits for the first only)
                 assert await pool.run(stressfuncs.inc, 1) == 2
                 ctx = multiprocessing.get_context("fork")
                 p = ctx.Process(target=stressfuncs.inc, args=(1,), daemon=True)

@@ -34,6 +34,7 @@ the pool goes on with the workers it has (broken if it has none).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import enum
@@ -57,6 +58,21 @@ __all__ = ["Lifecycle", "default_size", "next_task_id", "windowed_map"]
 
 _OUR_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 _log = logging.getLogger("aiosubinterp")
+
+# True once the process exits: set by an atexit hook that runs before _core's
+# exit sweep (atexit runs the last registered first, and _core registered its
+# sweep when this module imported it). A worker still starting in the
+# background then fails (the sweep lets no new interpreter start): expected,
+# not worth a warning.
+_exiting = False
+
+
+def _mark_exiting() -> None:
+    global _exiting
+    _exiting = True
+
+
+atexit.register(_mark_exiting)
 
 # next_task_id(): a process-unique task id (every backend's tasks share one
 # counter). The counter's own __next__, with no Python frame around it: every
@@ -321,6 +337,9 @@ class Lifecycle:
 
     def _late_start_failed(self, error: BaseException) -> None:
         """A worker failed to start after the first was ready: as a failed replacement."""
+        if _exiting:
+            _log.debug("a %s of %r did not start: the process is exiting", self._unit, self)
+            return
         with self._lock:
             alone = self._listed() == 0
         if alone:
