@@ -117,7 +117,10 @@ class Server:
 
     def __init__(self, tmp_path: Path, mode: str, hold_fd: int | None = None) -> None:
         self.port = free_port()
-        self.log = open(tmp_path / "server.log", "w+")  # closed by close()
+        # Appending: the child writes at the end whatever offset output() left
+        # (the file description is shared; with "w+" a seek(0) there made the
+        # child overwrite the log's first lines).
+        self.log = open(tmp_path / "server.log", "a+")  # closed by close()
         args = ["--port", str(self.port), "--workers", "2", "--mode", mode]
         if hold_fd is None:
             cmd = [sys.executable, str(EXAMPLES / "fastapi_app.py"), *args]
