@@ -292,3 +292,69 @@ cdef int interrupt_with_deadline(WorkerState* w, uint64_t tid, double timeout) n
     pthread_mutex_unlock(&op.mu)
     interrupt_op_decref(op)
     return result
+
+
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    /* How the extension module file at path declares itself for interpreters
+     * with their own GIL, read from its definition without making a module:
+     * 1 it supports them (Py_mod_multiple_interpreters =
+     * Py_MOD_PER_INTERPRETER_GIL_SUPPORTED), 0 CPython would refuse it there
+     * (another value, or no such slot), -1 not known (the file does not load,
+     * has no such init function, or its init does not return a definition:
+     * single-phase modules, which the caller never passes, or modules that
+     * export a PyModExport_ hook, which CPython 3.15 reads instead).
+     * Calls the init function, as CPython's own import would: for a
+     * multi-phase module it only hands out its static definition. The file
+     * stays loaded (so does every file CPython loads). Needs the caller's GIL. */
+    static int asi_extension_own_gil(const char *path, const char *init_name,
+                                     const char *export_name, int flags) {
+        void *handle = dlopen(path, flags);
+        if (handle == NULL) return -1;
+        if (dlsym(handle, export_name) != NULL) return -1;
+        PyObject *(*init)(void) = (PyObject *(*)(void))dlsym(handle, init_name);
+        if (init == NULL) return -1;
+        PyObject *made = init();
+        if (made == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (!PyObject_TypeCheck(made, &PyModuleDef_Type)) {
+            Py_DECREF(made);
+            return -1;
+        }
+        PyModuleDef *def = (PyModuleDef *)made;  /* static: no reference to drop */
+    #ifdef Py_mod_multiple_interpreters
+        for (PyModuleDef_Slot *slot = def->m_slots; slot != NULL && slot->slot != 0; slot++) {
+            if (slot->slot == Py_mod_multiple_interpreters) {
+                return slot->value == Py_MOD_PER_INTERPRETER_GIL_SUPPORTED;
+            }
+        }
+    #endif
+        (void)def;
+        return 0;
+    }
+    """
+    int asi_extension_own_gil(const char* path, const char* init_name,
+                              const char* export_name, int flags)
+
+
+def extension_own_gil(str path, str name, int flags):
+    """Whether the multi-phase extension module name, in the file at path,
+    declares support for interpreters with their own GIL: True, False (CPython
+    refuses it there), or None (not known). flags: ``sys.getdlopenflags()``.
+
+    Reads the module's definition without making a module, so no
+    interpreter-wide setting is involved (``_inside/copies.py``). Call it only
+    for a file whose imports show multi-phase init (``_inside/elf.py``): for a
+    single-phase module, calling its init function would make the module.
+    """
+    short = name.rpartition(".")[2]
+    if not short.isascii():
+        return None  # PyInitU_ + punycode: not worth reading
+    cdef bytes b_path = path.encode(_sys.getfilesystemencoding(), "surrogateescape")
+    cdef bytes b_init = ("PyInit_" + short).encode()
+    cdef bytes b_export = ("PyModExport_" + short).encode()
+    cdef int found = asi_extension_own_gil(b_path, b_init, b_export, flags)
+    return None if found < 0 else bool(found)

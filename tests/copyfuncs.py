@@ -135,3 +135,112 @@ def import_at_once(names: list[str]) -> tuple[list[str], int]:
         t.join()
     left = _imp._override_multi_interp_extensions_check(0)
     return errors, left
+
+
+def copy_loading_while_another_thread_imports(first: str, second: str) -> dict:
+    """Import first on one thread and second on another, forcing the interleaving
+    that broke the check: the second import reaches CPython's module creation
+    while the first is inside its section with the check lifted, and the first
+    then makes its module from its copy while the second is still inside.
+
+    Returns what happened: errors, whether each thread reached its step, the
+    check's override left after (0: none).
+    """
+    import _imp
+    import importlib
+    import threading
+
+    from aiosubinterp._inside import copies
+
+    finder = next(f for f in sys.meta_path if isinstance(f, copies.PrivateCopies))
+    first_waiting = threading.Event()  # the first thread is in its lifted section
+    second_inside = threading.Event()  # the second thread is inside CPython's creation
+    first_done = threading.Event()
+    errors: list[str] = []
+    steps: list[str] = []
+
+    class Pausing:
+        """_imp for copies.py, pausing at the two steps of the interleaving."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(_imp, name)
+
+        def create_dynamic(self, spec: object) -> object:
+            name, origin = spec.name, spec.origin or ""  # type: ignore[attr-defined]
+            if name.startswith(first + ".") or name == first:
+                if origin.startswith(finder.root) and not first_waiting.is_set():
+                    first_waiting.set()
+                    steps.append("first in its section")
+                    if not second_inside.wait(60):
+                        errors.append("the second thread never reached module creation")
+                    try:
+                        return _imp.create_dynamic(spec)
+                    finally:
+                        first_done.set()
+            elif name == second and not second_inside.is_set():
+                second_inside.set()
+                steps.append("second inside creation")
+                if not first_done.wait(60):
+                    errors.append("the first thread never finished its module")
+            return _imp.create_dynamic(spec)
+
+    def one(name: str) -> None:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        finally:
+            first_done.set()  # never leave the other thread waiting
+            second_inside.set()
+
+    copies._imp = Pausing()  # type: ignore[assignment]
+    try:
+        a = threading.Thread(target=one, args=(first,))
+        a.start()
+        if not first_waiting.wait(60):
+            errors.append("the first thread never reached its section")
+        b = threading.Thread(target=one, args=(second,))
+        b.start()
+        a.join()
+        b.join()
+    finally:
+        copies._imp = _imp  # type: ignore[assignment]
+    left = _imp._override_multi_interp_extensions_check(0)  # type: ignore[attr-defined]
+    return {"errors": errors, "steps": steps, "left": left}
+
+
+def import_again_after_a_failed_copy(name: str) -> tuple[str, str]:
+    """Import name with its first load from a copy failing; then import it again.
+
+    Returns (the first error, the files of a second copy mapped, and what the
+    module's dumps(1) returns).
+    """
+    import _imp
+    import importlib
+
+    from aiosubinterp._inside import copies
+
+    class FailingOnce:
+        failed = ""
+
+        def __getattr__(self, attr: str) -> object:
+            return getattr(_imp, attr)
+
+        def create_dynamic(self, spec: object) -> object:
+            finder = next(f for f in sys.meta_path if isinstance(f, copies.PrivateCopies))
+            if not self.failed and (spec.origin or "").startswith(finder.root):  # type: ignore[attr-defined]
+                self.failed = "failed"
+                raise ImportError("a load from a copy failed (on purpose)")
+            return _imp.create_dynamic(spec)
+
+    copies._imp = FailingOnce()  # type: ignore[assignment]
+    try:
+        try:
+            importlib.import_module(name)
+            first = "no error"
+        except ImportError as exc:
+            first = str(exc)
+    finally:
+        copies._imp = _imp  # type: ignore[assignment]
+    module = importlib.import_module(name)
+    return first, f"{mapped('/.attempt2/' + name + '/')} {type(module.dumps(1)).__name__}"

@@ -431,6 +431,53 @@ def test_threads_importing_copies_at_once_leave_the_check_on(tmp_path, loop_kind
 
 
 @needs_copies
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_an_import_while_a_copy_loads_on_another_thread_keeps_both_right(tmp_path, loop_kind):
+    # Two threads of one interpreter import refusing modules, interleaved at the
+    # worst point: the second reaches module creation while the first is
+    # inside its section with the check lifted. Deciding the second's fate
+    # used to turn the interpreter-wide check back on under the first, whose
+    # copy CPython then refused ("does not support loading in subinterpreters").
+    if len(have("orjson", "lxml")) < 2:
+        pytest.fail("the copies extra (orjson, lxml) is missing from this venv")
+    reports, _ = run_child(
+        tmp_path,
+        """
+        async def main():
+            async with asi.Interpreter(fallback="copy") as interp:
+                report("race", await interp.run(
+                    copyfuncs.copy_loading_while_another_thread_imports, "orjson", "lxml.etree"))
+                report("digests", [await interp.run(copyfuncs.orjson_digest),
+                                   await interp.run(copyfuncs.lxml_digest)])
+    """,
+        loop_kind,
+    )
+    race = reports["race"]
+    assert race["steps"] == ["first in its section", "second inside creation"], race
+    assert race["errors"] == [] and race["left"] == 0, race
+    assert all(isinstance(d, int) for d in reports["digests"])
+
+
+@needs_copies
+def test_a_module_whose_load_from_a_copy_failed_can_be_imported_again(tmp_path):
+    # The second import gets a copy at a new path (the old one's mapping is
+    # what the dynamic linker would hand back). It used to be refused for
+    # good: "its copy ... exists already".
+    reports, _ = run_child(
+        tmp_path,
+        """
+        async def main():
+            async with asi.Interpreter(fallback="copy") as interp:
+                again = copyfuncs.import_again_after_a_failed_copy
+                report("again", await interp.run(again, "orjson"))
+    """,
+    )
+    first, second = reports["again"]
+    assert first == "a load from a copy failed (on purpose)"
+    assert "/.attempt2/orjson/orjson." in second and second.endswith(" bytes"), second
+
+
+@needs_copies
 def test_numpy_in_interpreters_example_runs():
     # The example runs numpy in interpreters from private copies: a process of its own.
     proc = subprocess.run(

@@ -18,8 +18,12 @@ workers at once):
   path (or inode) it loaded before. Each interpreter incarnation gets a fresh
   directory from main, and files are copied (a reflink where the file system
   can), never hard-linked.
-- The override is on only while CPython creates the module from the copy;
-  every other import of the interpreter keeps the check.
+- The check is lifted only while CPython makes and runs a module from its
+  copy. The setting is the whole interpreter's, so deciding whether a module
+  needs a copy never touches it: the module's definition says whether it
+  supports an own GIL (``aiosubinterp._core.extension_own_gil``). Only when
+  that cannot be read is the original tried with the check on, and only
+  while no copy is loading (else it gets a copy).
 - Native libraries the module finds by SONAME (OpenBLAS) stay one per process;
   the copy finds them where the original does (``$ORIGIN`` run paths are
   linked into the copy's folder).
@@ -28,9 +32,12 @@ Worker-side module: imports only what every worker has loaded already.
 """
 
 import _imp
+import _thread
 import os
 import sys
 import time
+
+from aiosubinterp import _core
 
 TYPE_CHECKING = False  # no typing import at run time: this module loads in workers
 if TYPE_CHECKING:
@@ -74,7 +81,8 @@ class PrivateCopies:
     the usual finders.
 
     Thread-safety: imports are serialised by the import lock of each module;
-    the bookkeeping is only appended to.
+    the bookkeeping is only appended to. The check's setting and the count of
+    loads from copies running change together, under ``_check_lock``.
     """
 
     def __init__(self, root: str) -> None:
@@ -83,6 +91,9 @@ class PrivateCopies:
         self.made: list[tuple[str, int, float]] = []  # (module, bytes, seconds)
         self.loaded: set[int] = set()  # ids of modules made from copies, not run yet
         self._lifted = 0  # loads from copies running now (on any thread of this interpreter)
+        # Guards _lifted and the check's setting. Re-entrant: a module made
+        # while it is held may import another extension on the same thread.
+        self._check_lock = _thread.RLock()
         stdlib = os.path.dirname(os.__file__)
         self._skip = (stdlib + os.sep, os.path.join(stdlib, "lib-dynload") + os.sep)
 
@@ -117,32 +128,48 @@ class PrivateCopies:
                 "state)",
             )
         if top not in self.packages:
-            _override(0)  # the interpreter's own check, even inside a lifted section
-            try:
-                return _imp.create_dynamic(spec)
-            except ImportError as exc:
-                if _REFUSAL not in str(exc):
-                    raise
-            finally:
-                self._restore()
+            module = self._load_usual(spec, path, kind)
+            if module is not None:
+                return module
             if top in DENIED:
                 raise _refused(name, DENIED[top])
             self.packages.add(top)
         return self._load_copy(spec, path)
 
+    def _load_usual(self, spec: "Any", path: str, kind: str) -> "Any":
+        """The module made from path itself, or None if it needs a copy.
+
+        Never changes the check: another thread of this interpreter may be
+        loading from a copy with the check lifted (the setting is the
+        interpreter's). When the definition cannot be read, the original is
+        tried with the check on, which holds only while no copy is loading.
+        """
+        if kind == "multi":
+            supports = _core.extension_own_gil(path, spec.name, sys.getdlopenflags())
+            if supports is not None:
+                return _imp.create_dynamic(spec) if supports else None
+        with self._check_lock:
+            if self._lifted:
+                return None  # the check is off now: no way to ask CPython
+            try:
+                return _imp.create_dynamic(spec)
+            except ImportError as exc:
+                if _REFUSAL not in str(exc):
+                    raise
+        return None
+
     def _load_copy(self, spec: "Any", path: str) -> "Any":
         copy = self.copy_file(spec.name, path)
         copy_spec = _bootstrap.ModuleSpec(spec.name, None, origin=copy)
         # The check is lifted only while this module is made from its copy
-        # (and run, below: PyO3 makes submodules there); an extension module
-        # imported meanwhile gets the check back from create().
-        self._lifted += 1
-        _override(-1)
+        # (and run, below: PyO3 makes submodules there). An extension module
+        # another thread imports meanwhile is judged by its definition, not by
+        # the check (_load_usual).
+        self._lift()
         try:
             module = _imp.create_dynamic(copy_spec)
         finally:
-            self._lifted -= 1
-            self._restore()
+            self._unlift()
         self.loaded.add(id(module))
         return module
 
@@ -152,23 +179,31 @@ class PrivateCopies:
             _imp.exec_dynamic(module)
             return
         self.loaded.discard(id(module))
-        self._lifted += 1
-        _override(-1)
+        self._lift()
         try:
             _imp.exec_dynamic(module)
         finally:
-            self._lifted -= 1
-            self._restore()
+            self._unlift()
 
-    def _restore(self) -> None:
-        """Set the check as the lifted sections still running want it.
+    def _lift(self) -> None:
+        """Lift the check for a load from a copy (until its _unlift()).
 
         A count, not the value each caller found: sections of several threads
         of this interpreter may end in any order, and a saved value restored
-        late would leave the check off for good. While any section runs, the
-        check is off except during a usual load (which sets it on for itself).
+        late would leave the check off for good. The count and the setting
+        change in one step: a thread switch between them could turn the check
+        back on under another thread's section.
         """
-        _override(-1 if self._lifted else 0)
+        with self._check_lock:
+            self._lifted += 1
+            _override(-1)
+
+    def _unlift(self) -> None:
+        """End a section of _lift(): the check is back on when none is left."""
+        with self._check_lock:
+            self._lifted -= 1
+            if not self._lifted:
+                _override(0)
 
     def copy_file(self, name: str, path: str) -> str:
         """Copy path into this interpreter's folder, at its place in the package."""
@@ -176,12 +211,18 @@ class PrivateCopies:
         entry = path
         for _ in range(name.count(".") + 1):
             entry = os.path.dirname(entry)
-        copy = os.path.join(self.root, os.path.relpath(path, entry))
-        if os.path.lexists(copy):  # cannot happen: one load per module per interpreter
-            raise _refused(name, f"its copy {copy} exists already")
+        base = self.root
+        copy = os.path.join(base, os.path.relpath(path, entry))
+        attempt = 1
+        while os.path.lexists(copy):
+            # An earlier load from a copy failed and this is the import again:
+            # a new path (the dynamic linker would hand back the old mapping).
+            attempt += 1
+            base = os.path.join(self.root, f".attempt{attempt}")
+            copy = os.path.join(base, os.path.relpath(path, entry))
         os.makedirs(os.path.dirname(copy), exist_ok=True)
         size = _clone(path, copy)
-        _link_origin_paths(path, copy, self.root)
+        _link_origin_paths(path, copy, base)
         seconds = time.perf_counter() - started
         self.made.append((name, size, seconds))
         try:
