@@ -67,28 +67,25 @@ def no_leaks(_warm_up_loops):
     threads = _threads()
     yield
 
-    def clean() -> bool:
-        return (
-            not _core.live_workers()
-            and _threads() <= threads
-            and not (_fds() - fds)
-            and _core.list_interpreter_ids() == [_core.main_interpreter_id()]
-        )
-
+    checks = [  # (what is clean, what the failure says)
+        (lambda: not _core.live_workers(), lambda: f"worker interpreters: {_core.live_workers()}"),
+        (lambda: _threads() <= threads, lambda: f"threads: {_threads()} > {threads}"),
+        (lambda: not (_fds() - fds), lambda: f"fds: {_fds() - fds}"),
+        (
+            lambda: _core.list_interpreter_ids() == [_core.main_interpreter_id()],
+            lambda: f"interpreters: {_core.list_interpreter_ids()}",
+        ),
+    ]
     # A full collection costs ~0.15 s once the suite's modules are loaded (a
     # third of the suite's time when it ran twice per test): only when
     # something looks left over, to free what only garbage still holds.
-    if clean():
+    if all(clean() for clean, _ in checks):
         return
     gc.collect()
-    assert _settled(lambda: not _core.live_workers()), (
-        f"worker interpreters outlived the test: {_core.live_workers()}"
-    )
-    assert _settled(lambda: _threads() <= threads), (
-        f"threads outlived the test: {_threads()} > {threads}"
-    )
-    assert _settled(lambda: not (_fds() - fds)), f"fds outlived the test: {_fds() - fds}"
-    assert _core.list_interpreter_ids() == [_core.main_interpreter_id()]
+    for clean, what in checks[:-1]:
+        assert _settled(clean), f"outlived the test: {what()}"
+    clean, what = checks[-1]  # interpreters go with their workers: no waiting
+    assert clean(), f"outlived the test: {what()}"
 
 
 @pytest.fixture
