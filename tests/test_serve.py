@@ -708,6 +708,10 @@ def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, me
         (["servefuncs"], "expected 'module:attribute'"),
         (["servefuncs:app", "--workers", "0"], "--workers must be positive"),
         (["servefuncs:app", "--timeout-keep-alive", "-1"], "--timeout-keep-alive must be positive"),
+        (
+            ["servefuncs:app", "--timeout-request-head", "0"],
+            "--timeout-request-head must be positive",
+        ),
         (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
         (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
     ],
@@ -808,6 +812,7 @@ async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
     cfg = {
         "root_path": "",
         "timeout_keep_alive": DEADLINE,
+        "timeout_request_head": DEADLINE,
         "h11_max_incomplete_event_size": 16384,
         "limit_concurrency": None,
         "limit_max_requests": None,
@@ -832,3 +837,61 @@ async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
     assert b"connection: close" in answer and answer.endswith(b"late but answered")
     await asyncio.wait_for(state.idle.wait(), DEADLINE)
     assert not state.connections
+
+
+async def test_a_client_sending_its_head_a_byte_at_a_time_gets_408():
+    # Each byte comes well within the keep-alive timeout, which it restarts:
+    # only the head's own timeout, counted from its first byte, ends it
+    # (a "slowloris" client would otherwise hold the connection forever).
+    from aiosubinterp._serve.http import Connection, ServerState
+
+    async def app(scope, receive, send):  # never reached: the head never completes
+        raise AssertionError("a request started")
+
+    cfg = {
+        "root_path": "",
+        "timeout_keep_alive": DEADLINE,
+        "timeout_request_head": 0.3,
+        "h11_max_incomplete_event_size": 16384,
+        "limit_concurrency": None,
+        "limit_max_requests": None,
+        "access_log": False,
+    }
+    state = ServerState(app, cfg, {}, ("127.0.0.1", 0))
+    ours, client = socket.socketpair()
+    client.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.connect_accepted_socket(lambda: Connection(state), ours)
+    answer = b""
+    sent = 0
+    try:
+        head = b"GET / HTTP/1.1\r\nhost: x\r\n" + b"x-pad: " + b"a" * 100_000
+        deadline = loop.time() + DEADLINE  # a backstop only
+        while loop.time() < deadline:
+            try:
+                await loop.sock_sendall(client, head[sent : sent + 1])
+                sent += 1
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            try:
+                chunk = await asyncio.wait_for(loop.sock_recv(client, 65536), 0.02)
+            except TimeoutError:
+                continue
+            answer += chunk
+            if not chunk:
+                break
+        while chunk := await asyncio.wait_for(loop.sock_recv(client, 65536), DEADLINE):
+            answer += chunk
+    except ConnectionResetError:
+        pass
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), (sent, answer)
+    assert b"connection: close" in answer
+    assert sent < len(head)
+    await asyncio.wait_for(_until(lambda: not state.connections), DEADLINE)
+
+
+async def _until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)

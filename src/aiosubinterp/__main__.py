@@ -91,6 +91,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="seconds an idle keep-alive connection stays open (5)",
     )
     serve.add_argument(
+        "--timeout-request-head",
+        type=float,
+        default=20.0,
+        help="seconds a request head gets to arrive whole, from its first byte; then 408 (20)",
+    )
+    serve.add_argument(
         "--timeout-graceful-shutdown",
         type=float,
         default=None,

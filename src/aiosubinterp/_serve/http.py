@@ -29,6 +29,7 @@ _access = logging.getLogger("aiosubinterp.serve.access")
 
 _REASONS = {
     400: b"Bad Request",
+    408: b"Request Timeout",
     431: b"Request Header Fields Too Large",
     500: b"Internal Server Error",
     501: b"Not Implemented",
@@ -69,6 +70,7 @@ class ServerState:
         self.app = app
         self.root_path: str = cfg["root_path"]
         self.keep_alive: float = cfg["timeout_keep_alive"]
+        self.head_timeout: float = cfg["timeout_request_head"]
         self.max_incomplete: int = cfg["h11_max_incomplete_event_size"]
         self.limit_concurrency: int | None = cfg["limit_concurrency"]
         self.limit_max_requests: int | None = cfg["limit_max_requests"]
@@ -135,6 +137,7 @@ class Connection(asyncio.Protocol):
         self.reading_paused = False
         self.served = 0  # responses finished on this connection
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.head_timer: asyncio.TimerHandle | None = None  # from a head's first byte
         # Counted from here, not from connection_made: asyncio's loop calls the
         # protocol factory for an accepted socket one loop step before the
         # transport exists. A stop in between must wait for this connection's
@@ -151,6 +154,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._cancel_idle_timer()
+        self._cancel_head_timer()
         self.writable.set()
         if self.cycle is not None:
             self.cycle.disconnected = True
@@ -164,8 +168,12 @@ class Connection(asyncio.Protocol):
             self._cancel_idle_timer()
         elif not self.transport.is_closing():
             # Part of a request head: it must be complete within the keep-alive
-            # timeout of the last byte (a client that stalls mid-head is closed).
+            # timeout of the last byte (a client that stalls mid-head is
+            # closed), and whole within the head timeout of its first byte (a
+            # client that sends it a byte at a time is answered 408).
             self._arm_idle_timer()
+            if self.head_timer is None:
+                self.head_timer = self.loop.call_later(self.state.head_timeout, self._head_timeout)
 
     def eof_received(self) -> bool | None:
         self.h11.receive_data(b"")
@@ -231,6 +239,7 @@ class Connection(asyncio.Protocol):
         self.transport.close()
 
     def _start_cycle(self, request: h11.Request) -> None:
+        self._cancel_head_timer()
         state = self.state
         # h11 bounds only a head that arrives in pieces; one that came whole is measured here.
         size = (
@@ -330,6 +339,19 @@ class Connection(asyncio.Protocol):
         self.idle_timer = None
         if self.cycle is None:
             self.transport.close()
+
+    def _cancel_head_timer(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def _head_timeout(self) -> None:
+        self.head_timer = None
+        if self.cycle is None and not self.transport.is_closing():
+            self._cancel_idle_timer()
+            self._refuse(
+                408, f"the request head did not arrive whole within {self.state.head_timeout:g} s"
+            )
 
 
 class Cycle:

@@ -130,6 +130,7 @@ def serve(
     log_level: str = "info",
     access_log: bool = True,
     timeout_keep_alive: float = 5.0,
+    timeout_request_head: float = 20.0,
     timeout_graceful_shutdown: float | None = None,
     limit_concurrency: int | None = None,
     limit_max_requests: int | None = None,
@@ -166,7 +167,11 @@ def serve(
             interpreters are handled by this interpreter's logging; a
             handler on stderr is added unless logging is configured.
         access_log: one ``aiosubinterp.serve.access`` record per response (INFO).
-        timeout_keep_alive: seconds an idle keep-alive connection stays open.
+        timeout_keep_alive: seconds an idle keep-alive connection stays open
+            (and a client that stalls in the middle of a request head).
+        timeout_request_head: seconds a request line and headers get to
+            arrive whole, from their first byte; a client still sending them
+            then (one byte at a time, say) gets ``408 Request Timeout``.
         timeout_graceful_shutdown: seconds the requests in flight get to finish
             on SIGTERM/SIGINT before they are cancelled (None: no limit).
         limit_concurrency: at most this many requests at once per interpreter;
@@ -213,6 +218,7 @@ def serve(
     if log_level not in _LEVELS:
         raise ValueError(f"serve(log_level={log_level!r}): choose from {', '.join(_LEVELS)}")
     _positive("timeout_keep_alive", timeout_keep_alive, allow_none=False)
+    _positive("timeout_request_head", timeout_request_head, allow_none=False)
     _positive("timeout_graceful_shutdown", timeout_graceful_shutdown)
     _positive("limit_concurrency", limit_concurrency, int)
     _positive("limit_max_requests", limit_max_requests, int)
@@ -234,6 +240,7 @@ def serve(
         "lifespan": lifespan,
         "access_log": bool(access_log),
         "timeout_keep_alive": float(timeout_keep_alive),
+        "timeout_request_head": float(timeout_request_head),
         "timeout_graceful_shutdown": timeout_graceful_shutdown,
         "limit_concurrency": limit_concurrency,
         "limit_max_requests": limit_max_requests,
