@@ -56,21 +56,7 @@ import _stats
 import _timing
 import _work
 
-NAMES = [
-    "aiosubinterp",
-    "aiosubinterp-executor",
-    "to_thread",
-    "threadpool",
-    "procpool-fork",
-    "procpool-forkserver",
-    "anyio.to_interpreter",
-    "anyio.to_interpreter-ungated",
-    "aiomultiprocess",
-    "pep734-executor",
-    "stdlib-executor",
-    "stdlib-interpreters",
-    "aiointerpreters",
-]
+NAMES = list(_contenders.POOL_KINDS)  # every pool kind _contenders makes
 # Per-task cost 10-1000x ours: run fewer tasks (the rate is compared).
 SLOW = ("anyio.to_interpreter", "aiomultiprocess", "aiointerpreters")
 EXECUTOR = "aiosubinterp-executor"

@@ -225,6 +225,14 @@ class Client:
             return True
 
 
+def wait_for_file(path, server: Server) -> None:
+    """Wait until path exists (the test app's sign that a request started)."""
+    deadline = time.monotonic() + DEADLINE
+    while not path.exists():
+        assert time.monotonic() < deadline, server.output
+        time.sleep(0.02)
+
+
 def get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=DEADLINE) as r:
@@ -363,10 +371,7 @@ def test_a_client_that_half_closes_still_gets_its_response(server, tmp_path):
             b"GET /slow?path=%s HTTP/1.1\r\nhost: x\r\n\r\n" % str(release).encode()
         )
         client.sock.shutdown(socket.SHUT_WR)  # EOF while the request runs
-        deadline = time.monotonic() + DEADLINE
-        while not (tmp_path / "release.started").exists():
-            assert time.monotonic() < deadline, server.output
-            time.sleep(0.02)
+        wait_for_file(tmp_path / "release.started", server)
         release.write_text("go")
         answer = b""
         while chunk := client.sock.recv(65536):
@@ -473,10 +478,7 @@ def test_a_signal_finishes_the_requests_in_flight_and_exits_0(tmp_path, sig):
         client = Client(srv.port)
         try:
             client.send("GET", f"/slow?path={release}")
-            deadline = time.monotonic() + DEADLINE
-            while not (tmp_path / "release.started").exists():  # the request is in flight
-                assert time.monotonic() < deadline, srv.output
-                time.sleep(0.02)
+            wait_for_file(tmp_path / "release.started", srv)  # the request is in flight
             srv.proc.send_signal(sig)
             srv.wait_for(r"Stopped accepting connections")
             with pytest.raises(ConnectionRefusedError):
@@ -500,10 +502,7 @@ def test_graceful_shutdown_timeout_cancels_what_is_left(tmp_path):
         client = Client(srv.port)
         try:
             client.send("GET", f"/slow?path={tmp_path / 'never'}")
-            deadline = time.monotonic() + DEADLINE
-            while not (tmp_path / "never.started").exists():
-                assert time.monotonic() < deadline, srv.output
-                time.sleep(0.02)
+            wait_for_file(tmp_path / "never.started", srv)
             assert srv.stop() == 0, srv.output
             assert client.closed_by_server()  # cut off, no response
         finally:
@@ -517,10 +516,7 @@ def test_a_second_signal_cancels_the_requests_in_flight(tmp_path):
         client = Client(srv.port)
         try:
             client.send("GET", f"/slow?path={tmp_path / 'never'}")
-            deadline = time.monotonic() + DEADLINE
-            while not (tmp_path / "never.started").exists():
-                assert time.monotonic() < deadline, srv.output
-                time.sleep(0.02)
+            wait_for_file(tmp_path / "never.started", srv)
             srv.proc.send_signal(signal.SIGINT)
             srv.wait_for(r"Stopped accepting connections")
             assert srv.stop(signal.SIGINT) == 0, srv.output
@@ -551,10 +547,7 @@ def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
         slow = Client(srv.port)
         try:
             slow.send("GET", f"/slow?path={release}")
-            deadline = time.monotonic() + DEADLINE
-            while not (tmp_path / "release.started").exists():
-                assert time.monotonic() < deadline, srv.output
-                time.sleep(0.02)
+            wait_for_file(tmp_path / "release.started", srv)
             status, body = get(srv.url + "/")
             assert (status, body) == (503, b"Service Unavailable")
             release.write_text("go")
@@ -634,10 +627,7 @@ def test_a_hung_interpreter_is_replaced(tmp_path):
         client = Client(srv.port)
         try:
             client.send("GET", f"/hang?path={release}")  # blocks its interpreter's loop
-            deadline = time.monotonic() + DEADLINE
-            while not (tmp_path / "release.started").exists():
-                assert time.monotonic() < deadline, srv.output
-                time.sleep(0.02)
+            wait_for_file(tmp_path / "release.started", srv)
             srv.wait_for(r"slot \d sent no sign of life .* interrupting and replacing it")
             srv.wait_for(r"Interpreter \d+ serves in slot \d")
             for _ in range(5):
