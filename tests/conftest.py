@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import time
 
 import pytest
@@ -58,6 +59,14 @@ def _warm_up_loops():
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(resolve())
+
+
+# A run started in the background by a non-interactive shell (`make test &`)
+# inherits SIGINT ignored, and so would every child process the tests start:
+# the tests that stop a child with SIGINT (Ctrl-C) would then wait for a child
+# that never sees it. With a handler here, children start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
