@@ -568,6 +568,51 @@ def test_limit_concurrency_keep_alive_timeout_and_quiet_logs(tmp_path):
     assert '"GET' not in srv.output  # --no-access-log
 
 
+def listening_sockets(pid: int, port: int) -> int:
+    """How many TCP sockets process pid holds that listen on port (from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:
+                    count += 1
+    return count
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_REUSEPORT balances connections on Linux")
+def test_each_interpreter_accepts_from_a_socket_of_its_own(tmp_path):
+    # One shared socket let the interpreter that woke first take a whole
+    # burst of connections (a benchmark's 64 at once): the other interpreter
+    # idled while CPU-bound requests queued on the first. With a socket each
+    # (SO_REUSEPORT), the kernel spreads the connections.
+    with serving(tmp_path, "--workers", "2", "--no-access-log") as srv:
+        assert listening_sockets(srv.proc.pid, srv.port) == 2
+        clients = [Client(srv.port) for _ in range(16)]  # at once, before any request
+        try:
+            seen = set()
+            for client in clients:
+                status, _, body = client.request("GET", "/json")
+                assert status == 200, body
+                seen.add(json.loads(body)["interpreter"])
+        finally:
+            for client in clients:
+                client.close()
+        assert len(seen) == 2, seen  # all 16 on one of two sockets: 1 in 32,768
+        assert srv.stop() == 0, srv.output
+    with serving(tmp_path, "--workers", "2", "--no-reuse-port") as srv:
+        assert listening_sockets(srv.proc.pid, srv.port) == 1
+        assert len(interpreters_answering(srv.url)) == 2
+        assert srv.stop() == 0, srv.output
+
+
 def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -91,6 +91,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="seconds an idle keep-alive connection stays open (5)",
     )
     serve.add_argument(
+        "--reuse-port",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --host/--port on Linux, a listening socket per interpreter "
+        "(SO_REUSEPORT): the kernel spreads connections evenly (on)",
+    )
+    serve.add_argument(
         "--timeout-request-head",
         type=float,
         default=20.0,

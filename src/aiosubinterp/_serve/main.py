@@ -1,12 +1,13 @@
 """``serve``: an ASGI application served from N interpreters of this process.
 
-Main creates the listening socket and an ``InterpreterPool`` of N
-interpreters (``max_tasks_per_interpreter=1``: an interpreter whose serve
-task ended is destroyed and a fresh one takes its place), and submits one
+Main creates the listening sockets (one per slot with ``SO_REUSEPORT``, or
+one for all) and an ``InterpreterPool`` of N interpreters
+(``max_tasks_per_interpreter=1``: an interpreter whose serve task ended is
+destroyed and a fresh one takes its place), and submits one
 ``aiosubinterp._serve.worker.serve_interpreter`` task per slot. Each gets
-the socket's fd by number, a control channel (main sends ``"stop"``) and the
-shared events channel (the worker sends ``("started", slot, id)``). Main
-never imports the application.
+its slot's socket fd by number (so does a replacement), a control channel
+(main sends ``"stop"``) and the shared events channel (the worker sends
+``("started", slot, id)``). Main never imports the application.
 
 While serving, a slot whose task ends (``--limit-max-requests`` reached, or
 the task failed: the application raised ``SystemExit`` or a bug) gets a new
@@ -88,7 +89,11 @@ def _configure_logging(level: int, access_log: bool) -> None:
         logger.addHandler(handler)
 
 
-def _listen(host: str, port: int, uds: str | None, fd: int | None, backlog: int) -> socket.socket:
+def _listen(
+    host: str, port: int, uds: str | None, fd: int | None, backlog: int, reuse_port: bool = False
+) -> socket.socket:
+    """A listening socket; with reuse_port (TCP, where the system balances it:
+    Linux), bound with SO_REUSEPORT, so that more can bind the address."""
     if fd is not None:
         sock = socket.socket(fileno=fd)
         sock.listen(backlog)
@@ -106,6 +111,9 @@ def _listen(host: str, port: int, uds: str | None, fd: int | None, backlog: int)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port and sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT"):
+            with contextlib.suppress(OSError):  # not on this kernel: one shared socket
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -137,6 +145,7 @@ def serve(
     timeout_worker_healthcheck: float | None = 30.0,
     backlog: int = 2048,
     h11_max_incomplete_event_size: int = 16 * 1024,
+    reuse_port: bool = True,
 ) -> int:
     """Serve an ASGI 3 application from ``workers`` interpreters of this process, until stopped.
 
@@ -185,6 +194,14 @@ def serve(
         backlog: the listening socket's backlog.
         h11_max_incomplete_event_size: the largest request line plus headers
             in bytes; a larger one gets ``431 Request Header Fields Too Large``.
+        reuse_port: with ``host`` and ``port`` on Linux, each interpreter
+            accepts from a listening socket of its own, all bound to the
+            address with ``SO_REUSEPORT``: the kernel spreads new connections
+            evenly. From one shared socket, the interpreter that wakes first
+            takes a whole burst of connections (all of a benchmark's, say) and
+            the others stay idle. The socket of an interpreter being replaced
+            keeps its connections waiting for the replacement. False: one
+            socket for all (as always with ``uds`` and ``fd``).
 
     Returns:
         The exit status: 0 once stopped by a signal, 1 if the application
@@ -248,14 +265,25 @@ def serve(
         "backlog": backlog,
         "h11_max_incomplete_event_size": h11_max_incomplete_event_size,
     }
-    sock = _listen(host, port, uds, fd, backlog)
+    per_worker = reuse_port and workers > 1 and uds is None and fd is None
+    socks = [_listen(host, port, uds, fd, backlog, reuse_port=per_worker)]
     try:
-        return asyncio.run(_Supervisor(app, workers, cfg, sock).run())
+        if per_worker and _reuses_port(socks[0]):
+            bound = socks[0].getsockname()[:2]  # the port chosen, for port 0
+            for _ in range(workers - 1):
+                socks.append(_listen(bound[0], bound[1], None, None, backlog, reuse_port=True))
+        return asyncio.run(_Supervisor(app, workers, cfg, socks).run())
     finally:
-        sock.close()
+        for sock in socks:
+            sock.close()
         if uds is not None:
             with contextlib.suppress(OSError):
                 os.unlink(uds)
+
+
+def _reuses_port(sock: socket.socket) -> bool:
+    option = getattr(socket, "SO_REUSEPORT", None)
+    return option is not None and bool(sock.getsockopt(socket.SOL_SOCKET, option))
 
 
 class _Slot:
@@ -282,11 +310,14 @@ class _Slot:
 class _Supervisor:
     """Main's side: the pool, one slot per interpreter, the signals, the health checks."""
 
-    def __init__(self, app: str, workers: int, cfg: dict[str, Any], sock: socket.socket) -> None:
+    def __init__(
+        self, app: str, workers: int, cfg: dict[str, Any], socks: list[socket.socket]
+    ) -> None:
         self.app = app
         self.workers = workers
         self.cfg = cfg
-        self.sock = sock
+        self.socks = socks  # one per slot index (SO_REUSEPORT), or one for all
+        self.sock = socks[0]
         self.stopping = asyncio.Event()
         self.slots: dict[int, _Slot] = {}  # ticket -> slot, the current interpreters only
         self.tickets = 0
@@ -322,7 +353,7 @@ class _Supervisor:
         send, recv = aiosubinterp.open_channel(1)
         task = pool.submit(
             worker.serve_interpreter,
-            self.sock.fileno(),
+            self.socks[index % len(self.socks)].fileno(),
             self.app,
             self.cfg,
             recv,
@@ -506,7 +537,8 @@ class _Supervisor:
                 await asyncio.wait([changed, *pending], return_when=asyncio.FIRST_COMPLETED)
             finally:
                 changed.cancel()
-        self.sock.close()
+        for sock in self.socks:
+            sock.close()
         _log.info("Stopped accepting connections")
 
     async def _stop_all(self) -> None:
