@@ -832,19 +832,11 @@ def test_the_function_serves_a_unix_socket(tmp_path):
     assert not path.exists()  # removed at exit
 
 
-async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
-    # asyncio's loop makes the protocol of an accepted socket one step before
-    # its transport: an interpreter told to stop (or recycled) in between must
-    # still answer that connection's request, not close it under the client
-    # (seen as "connection reset" with --limit-max-requests).
-    from aiosubinterp._serve.http import Connection, ServerState
+def server_state(app, **cfg):
+    """An interpreter's ServerState for app, in this process (cfg: options to change)."""
+    from aiosubinterp._serve.http import ServerState
 
-    async def app(scope, receive, send):
-        headers = [(b"content-length", b"17")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"late but answered"})
-
-    cfg = {
+    options = {
         "root_path": "",
         "timeout_keep_alive": DEADLINE,
         "timeout_request_head": DEADLINE,
@@ -853,7 +845,22 @@ async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
         "limit_max_requests": None,
         "access_log": False,
     }
-    state = ServerState(app, cfg, {}, ("127.0.0.1", 0))
+    return ServerState(app, {**options, **cfg}, {}, ("127.0.0.1", 0))
+
+
+async def test_a_connection_accepted_just_before_a_stop_gets_its_answer():
+    # asyncio's loop makes the protocol of an accepted socket one step before
+    # its transport: an interpreter told to stop (or recycled) in between must
+    # still answer that connection's request, not close it under the client
+    # (seen as "connection reset" with --limit-max-requests).
+    from aiosubinterp._serve.http import Connection
+
+    async def app(scope, receive, send):
+        headers = [(b"content-length", b"17")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"late but answered"})
+
+    state = server_state(app)
     conn = Connection(state)  # the protocol factory ran; no transport yet
     state.stop()
     assert not state.idle.is_set()  # the stop waits for that connection
@@ -878,21 +885,12 @@ async def test_a_client_sending_its_head_a_byte_at_a_time_gets_408():
     # Each byte comes well within the keep-alive timeout, which it restarts:
     # only the head's own timeout, counted from its first byte, ends it
     # (a "slowloris" client would otherwise hold the connection forever).
-    from aiosubinterp._serve.http import Connection, ServerState
+    from aiosubinterp._serve.http import Connection
 
     async def app(scope, receive, send):  # never reached: the head never completes
         raise AssertionError("a request started")
 
-    cfg = {
-        "root_path": "",
-        "timeout_keep_alive": DEADLINE,
-        "timeout_request_head": 0.3,
-        "h11_max_incomplete_event_size": 16384,
-        "limit_concurrency": None,
-        "limit_max_requests": None,
-        "access_log": False,
-    }
-    state = ServerState(app, cfg, {}, ("127.0.0.1", 0))
+    state = server_state(app, timeout_request_head=0.3)
     ours, client = socket.socketpair()
     client.setblocking(False)
     loop = asyncio.get_running_loop()
