@@ -613,6 +613,29 @@ def test_each_interpreter_accepts_from_a_socket_of_its_own(tmp_path):
         assert srv.stop() == 0, srv.output
 
 
+def test_django(tmp_path):
+    # Django's ASGI handler (asgiref) ends each request by starting a daemon
+    # thread, which an interpreter with its own GIL refuses: every response
+    # was followed by "daemon threads are disabled in this (sub)interpreter".
+    with serving(tmp_path, "--workers", "2", app="djangoapp:application") as srv:
+        assert get(srv.url + "/") == (200, b"Hello from Django")  # a sync view
+        seen = set()
+        for k in range(8):
+            client = Client(srv.port)
+            try:
+                status, _, body = client.request("POST", f"/info?q={k}", body=b"form")
+            finally:
+                client.close()
+            assert status == 200, body
+            answer = json.loads(body)
+            assert (answer["method"], answer["q"], answer["body"]) == ("POST", str(k), "form")
+            seen.add(answer["interpreter"])
+        assert 0 not in seen
+        assert srv.stop() == 0, srv.output
+    assert "Exception in ASGI application" not in srv.output, srv.output
+    assert "daemon threads" not in srv.output, srv.output
+
+
 def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

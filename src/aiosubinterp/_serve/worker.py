@@ -42,6 +42,39 @@ class AppLoadError(Exception):
     """The application named by ``module:attribute`` cannot be loaded (the message says why)."""
 
 
+def allow_asgiref_join_threads() -> None:
+    """Let asgiref (Django's ASGI handler) end its requests in this interpreter.
+
+    asgiref's ``ThreadSensitiveContext`` ends each request by starting a
+    daemon thread that shuts its thread pool down, and an interpreter with its
+    own GIL refuses daemon threads: every Django response was followed by a
+    RuntimeError ("daemon threads are disabled in this (sub)interpreter").
+    ``asgiref.sync`` gets a ``threading`` whose ``Thread`` starts a thread
+    that is not a daemon instead: it ends once the pool is done, and the
+    interpreter's exit waits for it. Nothing changes if asgiref is not loaded
+    or daemon threads are allowed here.
+    """
+    import _thread
+    import threading
+    import types
+
+    sync = sys.modules.get("asgiref.sync")
+    if sync is None or _thread.daemon_threads_allowed():
+        return
+    if getattr(getattr(sync, "threading", None), "aiosubinterp_no_daemons", False):
+        return
+
+    class Thread(threading.Thread):
+        def __init__(self, *args: Any, daemon: bool | None = None, **kwargs: Any) -> None:
+            super().__init__(*args, daemon=False if daemon else daemon, **kwargs)
+
+    shim = types.ModuleType("threading", "threading for asgiref.sync: no daemon threads")
+    shim.__dict__.update({k: v for k, v in vars(threading).items() if not k.startswith("__")})
+    shim.Thread = Thread  # type: ignore[attr-defined]
+    shim.aiosubinterp_no_daemons = True  # type: ignore[attr-defined]
+    setattr(sync, "threading", shim)  # noqa: B010 - a module attribute mypy cannot see
+
+
 def load_app(path: str, factory: bool) -> Any:
     """The ASGI application ``module:attribute`` names (called, with ``factory``)."""
     module_name, _, attrs = path.partition(":")
@@ -165,11 +198,13 @@ async def serve_interpreter(
         text = "".join(traceback.format_exception(exc))
         return ("error", f"Error loading the application {app_path!r}:\n{text}", EXIT_LOAD)
 
+    allow_asgiref_join_threads()
     state: dict[str, Any] = {}
     lifespan = Lifespan(app, cfg["lifespan"], state)
     why = await lifespan.startup()
     if why is not None:
         return ("error", why, EXIT_STARTUP)
+    allow_asgiref_join_threads()  # if the startup imported it
 
     sock = socket.socket(fileno=os.dup(fd))
     sock.setblocking(False)
