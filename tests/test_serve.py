@@ -32,6 +32,7 @@ import pytest
 from httphelpers import free_port
 
 import aiosubinterp
+from aiosubinterp._engine.fallback import copies_unavailable
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -636,6 +637,43 @@ def test_django(tmp_path):
     assert "daemon threads" not in srv.output, srv.output
 
 
+@pytest.mark.skipif(
+    copies_unavailable() is not None, reason="private copies: CPython 3.13+, not free-threaded"
+)
+def test_fastapi_from_private_copies(tmp_path):
+    # pydantic-core refuses interpreters: FastAPI could not be imported there.
+    # serve loads it from a private copy in each interpreter (the default where
+    # this Python can); --no-copies gives the application's import error.
+    with serving(tmp_path, "--workers", "2", app="fastapiapp:app") as srv:
+        seen = set()
+        for _ in range(8):
+            client = Client(srv.port)
+            try:
+                status, _, body = client.request("GET", "/sync")
+                assert status == 200, body
+                seen.add(json.loads(body)["interpreter"])
+                item = json.dumps({"name": "pen", "price": 1.25}).encode()
+                headers = [("content-type", "application/json")]
+                status, _, body = client.request("POST", "/items", item, headers)
+                assert (status, json.loads(body)) == (200, {"name": "pen", "double": 2.5})
+                status, _, body = client.request("POST", "/items", b'{"name": 1}', headers)
+                assert status == 422, body  # pydantic's validation, in the interpreter
+            finally:
+                client.close()
+        assert 0 not in seen
+        assert srv.stop() == 0, srv.output
+    assert "Exception in ASGI application" not in srv.output, srv.output
+    server = Server(tmp_path, "--workers", "1", "--no-copies", app="fastapiapp:app")
+    try:
+        assert server.exit_code() == 1
+    finally:
+        server.kill()
+    assert "pydantic_core._pydantic_core does not support loading in subinterpreters" in (
+        server.output
+    )
+    assert "without --no-copies, serve loads such modules from a private copy" in server.output
+
+
 def test_fd_serves_a_socket_bound_by_the_parent(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -795,6 +833,16 @@ def test_the_function_checks_its_arguments_before_starting():
         aiosubinterp.serve("servefuncs:app", limit_max_requests=2.5)
     with pytest.raises(ValueError, match="choose from critical"):
         aiosubinterp.serve("servefuncs:app", log_level="loud")
+    with pytest.raises(TypeError, match=r"serve\(copies='yes'\): True, False or None"):
+        aiosubinterp.serve("servefuncs:app", copies="yes")
+
+
+def test_copies_required_where_this_python_cannot_is_an_error(monkeypatch):
+    from aiosubinterp._engine import fallback
+
+    monkeypatch.setattr(fallback, "copies_unavailable", lambda: "not on this test's Python")
+    with pytest.raises(ValueError, match=r"serve\(copies=True\): .*not on this test's Python"):
+        aiosubinterp.serve("servefuncs:app", copies=True)
 
 
 def test_on_3_12_it_says_which_python_it_needs(monkeypatch):

@@ -98,6 +98,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(SO_REUSEPORT): the kernel spreads connections evenly (on)",
     )
     serve.add_argument(
+        "--copies",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="load extension modules that refuse interpreters (pydantic-core for FastAPI, "
+        "orjson, numpy) from a private copy per interpreter (default: where this Python can)",
+    )
+    serve.add_argument(
         "--timeout-request-head",
         type=float,
         default=20.0,

@@ -146,6 +146,7 @@ def serve(
     backlog: int = 2048,
     h11_max_incomplete_event_size: int = 16 * 1024,
     reuse_port: bool = True,
+    copies: bool | None = None,
 ) -> int:
     """Serve an ASGI 3 application from ``workers`` interpreters of this process, until stopped.
 
@@ -202,6 +203,13 @@ def serve(
             the others stay idle. The socket of an interpreter being replaced
             keeps its connections waiting for the replacement. False: one
             socket for all (as always with ``uds`` and ``fd``).
+        copies: extension modules that refuse interpreters (pydantic-core,
+            so FastAPI; orjson, numpy) load in each interpreter from a private
+            copy of their file (``InterpreterPool(fallback="copy")``; its
+            costs apply per interpreter, and again per replacement). None
+            (default): where this Python can (CPython 3.13+, not
+            free-threaded builds); True: required (an error where it cannot);
+            False: never (such a module fails the application's import).
 
     Returns:
         The exit status: 0 once stopped by a signal, 1 if the application
@@ -248,6 +256,13 @@ def serve(
         raise ValueError(
             f"serve(root_path={root_path!r}): a path starting with '/', without a trailing '/'"
         )
+    if copies not in (None, True, False):
+        raise TypeError(f"serve(copies={copies!r}): True, False or None")
+    from aiosubinterp._engine.fallback import copies_unavailable
+
+    why = copies_unavailable()
+    if copies and why is not None:
+        raise ValueError(f"serve(copies=True): private copies of extension modules: {why}")
     _configure_logging(_LEVELS[log_level], access_log)
     if app_dir is not None:
         sys.path.insert(0, os.path.abspath(app_dir))
@@ -264,6 +279,7 @@ def serve(
         "timeout_worker_healthcheck": timeout_worker_healthcheck,
         "backlog": backlog,
         "h11_max_incomplete_event_size": h11_max_incomplete_event_size,
+        "copies": why is None if copies is None else copies,
     }
     per_worker = reuse_port and workers > 1 and uds is None and fd is None
     socks = [_listen(host, port, uds, fd, backlog, reuse_port=per_worker)]
@@ -375,7 +391,11 @@ class _Supervisor:
         # its close), and _events reads them at once.
         events_send, events_recv = aiosubinterp.open_channel(math.inf)
         pool = aiosubinterp.InterpreterPool(
-            self.workers, max_tasks_per_interpreter=1, idle_spin=0, cancel_grace=5.0
+            self.workers,
+            max_tasks_per_interpreter=1,
+            idle_spin=0,
+            cancel_grace=5.0,
+            fallback="copy" if self.cfg["copies"] else None,
         )
         helpers = [loop.create_task(self._events(events_recv))]
         if self.cfg["timeout_worker_healthcheck"] is not None:

@@ -196,6 +196,12 @@ async def serve_interpreter(
         return ("error", str(exc), EXIT_LOAD)
     except BaseException as exc:  # noqa: BLE001 - the application's import failed: say how
         text = "".join(traceback.format_exception(exc))
+        if "does not support loading in subinterpreters" in text and not cfg["copies"]:
+            text += (
+                "An extension module the application imports refuses interpreters: "
+                "without --no-copies, serve loads such modules from a private copy in "
+                "each interpreter (CPython 3.13+, not free-threaded builds).\n"
+            )
         return ("error", f"Error loading the application {app_path!r}:\n{text}", EXIT_LOAD)
 
     allow_asgiref_join_threads()
