@@ -200,6 +200,11 @@ def test_records_of_a_pool_never_closed_reach_main_at_exit(tmp_path):
     assert proc.stdout.splitlines() == ["exiting"] + [f"x {i}" for i in range(100)]
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known bug, not fixed yet: in about 1 run of 10 only the first of the 100 records "
+    "reaches main's handler at exit (seen on 3.13.0 and 3.14.10; on main 8aa9442 too)",
+)
 def test_records_of_a_process_pool_never_closed_reach_main_at_exit(tmp_path):
     proc = childproc.run_child(tmp_path, PROCESS_EXIT_CHILD.replace("{undo}", ""))
     assert proc.returncode == 0, proc.stderr[-3000:]
