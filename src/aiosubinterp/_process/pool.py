@@ -96,8 +96,7 @@ class _Proc:
         self.keys: set[int] = set()  # channel ends it holds proxies of
         self.requests: dict[int, concurrent.futures.Future[Any]] = {}
         self.abandoned = False
-        self.handled = 0  # bytes of the messages its reader thread has handled
-        self.drain_waiter: int | None = None  # set at exit: drain_logs() waits for handled
+        self.read_all = threading.Event()  # its reader thread saw the end of its stream
 
     def write(
         self, kind: int, ident: int, body: bytes = b"", fds: list[int] | tuple[Any, ...] = ()
@@ -205,6 +204,7 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         self._running: dict[int, _Job] = {}
         self._idle: list[_Proc] = []
         self._procs: dict[int, _Proc] = {}
+        self._exit_drained = False  # drain_logs() ran: main exits; no worker is replaced
         self._threads: list[threading.Thread] = []
         self._settings = 0
         self._settings_body = b""
@@ -610,20 +610,21 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         """At interpreter exit (pool not closed): handle the log records the workers sent so far.
 
         Called by aiosubinterp._engine.logs's atexit hook, before logging's
-        own shutdown. What a worker sends after this is not waited for, nor
-        anything past deadline (time.monotonic(): main's handling is stuck).
+        own shutdown. Each worker's socket is shut for reading: what it sent
+        before stays queued and is read to the end, and its later writes fail
+        (its process exits with ours). What comes after deadline
+        (time.monotonic(): main's handling is stuck) is not waited for.
         """
         with self._lock:
-            procs = list(self._procs.values())
-        for proc in procs:  # where each worker's stream is now, then wait for them
-            proc.drain_waiter = proc.reader.sent()
-        with _drained:
-            for proc in procs:
-                target = proc.drain_waiter
-                _drained.wait_for(
-                    lambda p=proc, t=target: p.handled >= t or p.handled < 0,  # type: ignore[misc]
-                    max(0.0, deadline - time.monotonic()),
-                )
+            self._exit_drained = True
+            procs = [p for p in self._procs.values() if p.thread and p.thread.is_alive()]
+        for proc in procs:
+            try:
+                proc.sock.shutdown(socket.SHUT_RD)  # its reader ends after the last byte sent
+            except OSError:
+                proc.read_all.set()  # closed already: nothing is coming
+        for proc in procs:
+            proc.read_all.wait(max(0.0, deadline - time.monotonic()))
 
     # -- introspection -----------------------------------------------------------
 
@@ -640,9 +641,6 @@ class ProcessPool(_endservice.EndService, _lifecycle.Lifecycle):
         return len(self._procs)
 
 
-_drained = threading.Condition()  # a reader thread handled more (for drain_logs at exit)
-
-
 def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
     """A worker's reader thread: hands each message to the pool, until the process exits."""
     while True:
@@ -657,15 +655,10 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
             continue
         pool._handle(proc, kind, ident, body, fds)
         del pool
-        proc.handled = proc.reader.returned
-        if proc.drain_waiter is not None:
-            with _drained:
-                _drained.notify_all()
-    proc.handled = -1  # no more: the process is gone
-    if proc.drain_waiter is not None:
-        with _drained:
-            _drained.notify_all()
+    proc.read_all.set()  # no more: the process is gone, or main is exiting (drain_logs)
     pool = pool_ref()
+    if pool is not None and pool._exit_drained:
+        return  # main is exiting: no replacement; the worker ends with main's process
     if pool is not None:
         pool._on_exit(proc)
     else:

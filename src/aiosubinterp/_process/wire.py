@@ -91,8 +91,6 @@ class Reader:
         self._sock = sock
         self._buf = bytearray()
         self._fds: collections.deque[int] = collections.deque()
-        self.received = 0  # bytes taken from the socket so far
-        self.returned = 0  # bytes of the frames read() returned so far
 
     def _fill(self) -> None:
         data, anc, _flags, _addr = self._sock.recvmsg(1 << 16, _ANC_SIZE)
@@ -103,7 +101,6 @@ class Reader:
                 self._fds.extend(got)
         if not data:
             raise EOFError("the peer closed the connection")
-        self.received += len(data)
         self._buf += data
 
     def pending(self) -> bool:
@@ -130,33 +127,12 @@ class Reader:
                 n = self._sock.recv_into(view[have:], length - have)
                 if n == 0:
                     raise EOFError("the peer closed the connection in the middle of a message")
-                self.received += n
                 have += n
             view.release()
         while len(self._fds) < nfds:
             self._fill()  # fds travel with the header: already here, unless the peer misbehaved
         fds = [self._fds.popleft() for _ in range(nfds)]
-        self.returned += end
         return kind, ident, body, fds
-
-    def sent(self) -> int:
-        """How many bytes the peer has sent so far: taken by the reader, or in the kernel.
-
-        For another thread than the reader's: read while the reader took
-        nothing (retried otherwise), so a frame is not counted twice.
-        """
-        import fcntl
-        import termios
-
-        count = array.array("i", [0])
-        while True:
-            before = self.received
-            try:
-                fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, count)
-            except OSError:  # closed: nothing more comes
-                count[0] = 0
-            if self.received == before:
-                return before + count[0]
 
     def close(self) -> None:
         while self._fds:
