@@ -247,6 +247,33 @@ def test_module_that_refuses_subinterpreters(tmp_path):
     assert second == "9"
 
 
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="3.12 refuses its own list (REFUSED_ON_312)")
+@pytest.mark.parametrize(
+    ("module", "refused"),
+    [("readline", "readline"), ("curses", "_curses"), ("curses.panel", "_curses")],
+)
+async def test_stdlib_single_phase_extensions_are_refused_before_their_init(module, refused):
+    # CPython refuses a single-phase extension in an own-GIL interpreter only
+    # after its init ran there; these set process-wide state in it. The
+    # refusal comes from the worker's own finder, before any loader runs.
+    import asyncio
+
+    import workfuncs
+
+    from aiosubinterp._inside import worker as inside
+
+    async with asi.InterpreterPool(2) as pool:
+        origins = await asyncio.gather(
+            *(pool.run(workfuncs.refusal_origin, module) for _ in range(4))
+        )
+        for name, filename in origins:
+            assert name == refused
+            assert os.path.samefile(filename, inside.__file__), filename
+        with pytest.raises(asi.ModuleRefusedError, match="ProcessPoolExecutor") as info:
+            await pool.run(workfuncs.import_module, module)
+        assert info.value.name == refused
+
+
 async def test_pipe_wakeup_fallback(monkeypatch):
     import asyncio
 

@@ -168,6 +168,18 @@ def import_module(name):
     return name
 
 
+def refusal_origin(name):
+    """(the module the ImportError names, the file of the innermost frame that raised it)."""
+    import importlib
+    import traceback
+
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return exc.name, traceback.extract_tb(exc.__traceback__)[-1].filename
+    return None
+
+
 def datetime_roundtrip():
     import datetime
 

@@ -48,6 +48,9 @@ lives:
   are refused up front (``_inside/worker.py``, ``REFUSED_ON_312``), and
   coroutines in workers are refused (3.12.1 aborts at exit after an event
   loop ran in a subinterpreter).
+- 3.13+: readline, _curses and _curses_panel are refused up front too
+  (``REFUSED_ON_313``): CPython runs a single-phase extension's init in the
+  subinterpreter before refusing it, and theirs set process-wide state.
 - 3.12: interpreters are created one at a time (``ext/includes/compat.h``,
   the creation lock taken exclusively): 3.12.1 corrupts static types when two
   threads run ``Py_NewInterpreterFromConfig`` at once.
@@ -138,6 +141,12 @@ INDEX: tuple[tuple[str, str, str, str], ...] = (
         "3.12",
         "_inside/worker.py REFUSED_ON_312",
         "tests/test_crash_paths.py::test_module_that_refuses_subinterpreters",
+    ),
+    (
+        "stdlib single-phase extensions refused before their init runs",
+        "any",
+        "_inside/worker.py REFUSED_ON_313",
+        "tests/test_crash_paths.py::test_stdlib_single_phase_extensions_are_refused_before_their_init",
     ),
     (
         "coroutines refused in workers on 3.12",

@@ -43,6 +43,7 @@ def refusal_from(exc: BaseException):
 
 __all__ = [
     "REFUSED_ON_312",
+    "REFUSED_ON_313",
     "Runner",
     "coroutine_refusal",
     "coroutines_supported",
@@ -97,13 +98,24 @@ REFUSED_ON_312 = frozenset(
 )
 
 
-class _RefuseKnown:
-    """Meta-path finder that refuses REFUSED_ON_312 modules up front (3.12 only)."""
+# On 3.13+ CPython still runs a single-phase extension's init inside the
+# subinterpreter before it refuses the module, and these stdlib ones set
+# process-wide state there: readline's init sets up GNU readline and the
+# terminal, _curses's keeps a static pointer to the module dict it fills. Two
+# workers importing one at once raced on that state (3.13t once gave a worker
+# a `curses` without COLOR_RED). Refused before CPython touches them.
+REFUSED_ON_313 = frozenset({"readline", "_curses", "_curses_panel"})
 
-    @staticmethod
-    def find_spec(name, path=None, target=None):
+
+class _RefuseKnown:
+    """Meta-path finder that refuses known single-phase extensions before their init runs."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
         top = name.partition(".")[0]
-        if name in REFUSED_ON_312 or top in REFUSED_ON_312:
+        if name in self.names or top in self.names:
             raise ImportError(
                 f"module {name} does not support loading in subinterpreters", name=name
             )
@@ -184,8 +196,8 @@ class Runner:
 
             self._logs = Forwarder(logs)
         self._resolver.install()
-        if sys.version_info[:2] == (3, 12):
-            sys.meta_path.insert(0, _RefuseKnown)
+        refused = REFUSED_ON_312 if sys.version_info[:2] == (3, 12) else REFUSED_ON_313
+        sys.meta_path.insert(0, _RefuseKnown(refused))
         self._copies = None
         if copies is not None:
             from aiosubinterp._inside import copies as _copies
