@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -810,6 +811,10 @@ def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, me
         ),
         (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
         (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
+        (
+            ["servefuncs:app", "--forwarded-allow-ips", "10.0.0.1,nope"],
+            "--forwarded-allow-ips: 'nope' is not an IP address or network",
+        ),
     ],
 )
 def test_bad_arguments_are_usage_errors(args, message):
@@ -994,6 +999,99 @@ async def test_a_client_sending_its_head_a_byte_at_a_time_gets_408():
     assert b"connection: close" in answer
     assert sent < len(head)
     await asyncio.wait_for(_until(lambda: not state.connections), DEADLINE)
+
+
+async def _ask_with_headers(state, extra: bytes) -> dict:
+    """The scope's client and scheme, as an app served in-process over TCP saw them."""
+    import json
+
+    from aiosubinterp._serve.http import Connection
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Connection(state), "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + extra + b"\r\n")
+        answer = await asyncio.wait_for(reader.read(), DEADLINE)
+        writer.close()
+        local_port = writer.get_extra_info("sockname")[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), answer
+    seen = json.loads(body)
+    seen["local_port"] = local_port
+    return seen
+
+
+async def _scope_app(scope, receive, send):
+    import json
+
+    body = json.dumps({"client": scope["client"], "scheme": scope["scheme"]}).encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+FORWARDED = b"x-forwarded-for: 203.0.113.7, 10.1.2.3\r\nx-forwarded-proto: https\r\n"
+
+
+async def test_a_trusted_proxy_gives_the_client_and_scheme(caplog):
+    # The nearest hop (10.1.2.3) is a trusted proxy too: the client is the
+    # first address, from the right, that is not one.
+    state = server_state(
+        _scope_app, forwarded_allow_ips=("127.0.0.1", "10.0.0.0/8"), access_log=True
+    )
+    with caplog.at_level(logging.INFO, logger="aiosubinterp.serve.access"):
+        seen = await _ask_with_headers(state, FORWARDED)
+    assert seen["client"] == ["203.0.113.7", 0]
+    assert seen["scheme"] == "https"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "aiosubinterp.serve.access"]
+    assert line.startswith('203.0.113.7:0 - "GET / HTTP/1.1" 200'), line
+
+
+async def test_an_untrusted_hop_is_the_client_and_what_it_claims_is_ignored():
+    # 10.1.2.3 is not trusted: it is the client, whatever it says came before it.
+    state = server_state(_scope_app, forwarded_allow_ips=("127.0.0.1",))
+    seen = await _ask_with_headers(state, FORWARDED + b"x-forwarded-for: 198.51.100.1\r\n")
+    assert seen["client"] == ["198.51.100.1", 0]
+    state = server_state(_scope_app, forwarded_allow_ips=("127.0.0.1",))
+    seen = await _ask_with_headers(state, FORWARDED)
+    assert seen["client"] == ["10.1.2.3", 0]
+
+
+@pytest.mark.parametrize("allowed", [None, ("10.0.0.0/8",), ()])
+async def test_forwarding_headers_from_an_untrusted_peer_or_when_off_are_ignored(allowed):
+    state = server_state(_scope_app, forwarded_allow_ips=allowed)
+    seen = await _ask_with_headers(state, FORWARDED)
+    assert seen["client"] == ["127.0.0.1", seen["local_port"]]
+    assert seen["scheme"] == "http"
+
+
+async def test_a_proxy_trusted_by_star_with_an_unknown_scheme_keeps_http():
+    state = server_state(_scope_app, forwarded_allow_ips=("*",))
+    seen = await _ask_with_headers(state, b"x-forwarded-proto: gopher\r\n")
+    assert seen["client"] == ["127.0.0.1", seen["local_port"]]
+    assert seen["scheme"] == "http"
+    seen = await _ask_with_headers(state, b"x-forwarded-for: 10.9.9.9, 127.0.0.1\r\n")
+    assert seen["client"] == ["10.9.9.9", 0]  # all trusted: the leftmost
+
+
+def test_forwarded_allow_ips_are_checked_before_starting(monkeypatch):
+    from aiosubinterp._serve.main import _trusted_proxies
+
+    assert _trusted_proxies("127.0.0.1, 10.0.0.0/8,unix:") == ("127.0.0.1", "10.0.0.0/8", "unix:")
+    assert _trusted_proxies(["::1", "*"]) == ("::1", "*")
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "192.168.0.0/16")
+    assert _trusted_proxies(None) == ("192.168.0.0/16",)
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS")
+    assert _trusted_proxies(None) == ("127.0.0.1",)
+    with pytest.raises(ValueError, match=r"'proxy\.local' is not an IP address or network"):
+        aiosubinterp.serve("servefuncs:app", forwarded_allow_ips="10.0.0.1,proxy.local")
+    with pytest.raises(TypeError, match="comma-separated"):
+        aiosubinterp.serve("servefuncs:app", forwarded_allow_ips=10)
 
 
 async def _until(predicate) -> None:

@@ -135,6 +135,19 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="replace an interpreter whose event loop gave no sign of life "
         "for this many seconds (30)",
     )
+    serve.add_argument(
+        "--proxy-headers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="from a trusted proxy, take the client's address from X-Forwarded-For "
+        "and the scheme from X-Forwarded-Proto (on)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        help="the trusted proxies: comma-separated addresses or networks, '*' for any, "
+        "'unix:' for Unix socket peers ($FORWARDED_ALLOW_IPS, or 127.0.0.1)",
+    )
     serve.add_argument("--backlog", type=int, default=2048, help="listen backlog (2048)")
     serve.add_argument(
         "--h11-max-incomplete-event-size",

@@ -61,6 +61,59 @@ def unquote_path(raw: bytes) -> str:
     return b"".join(out).decode("utf-8", "replace")
 
 
+class TrustedProxies:
+    """The peers whose X-Forwarded-For and X-Forwarded-Proto headers are believed.
+
+    Entries (``--forwarded-allow-ips``): IP addresses, networks in CIDR
+    notation, ``*`` (any peer), ``unix:`` (peers on a Unix domain socket).
+    """
+
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        import ipaddress
+
+        self._ip = ipaddress.ip_address
+        self.everyone = "*" in entries
+        self.unix = "unix:" in entries
+        self.networks = [
+            ipaddress.ip_network(e, strict=False) for e in entries if e not in ("*", "unix:")
+        ]
+
+    def trusts(self, host: str | None) -> bool:
+        """Whether host (None: a Unix socket peer) is a proxy whose headers count."""
+        if self.everyone:
+            return True
+        if host is None:
+            return self.unix
+        try:
+            addr = self._ip(host)
+        except ValueError:  # a name, "unknown", an obfuscated identifier
+            return False
+        mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+        return any(addr in net or (mapped is not None and mapped in net) for net in self.networks)
+
+    def apply(self, scope: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+        """Set scope's client and scheme from the forwarding headers of a trusted peer."""
+        hops: list[str] = []
+        proto = None
+        for name, value in headers:
+            if name == b"x-forwarded-for":
+                hops.extend(h.strip() for h in value.decode("latin-1").split(","))
+            elif name == b"x-forwarded-proto" and proto is None:
+                proto = value.decode("latin-1").split(",")[0].strip().lower()
+        if proto in ("http", "https"):
+            scope["scheme"] = proto
+        hops = [h for h in hops if h]
+        if hops:
+            # From the nearest hop back: the first one that is not a trusted
+            # proxy is the client (a client can put anything on the left).
+            client = hops[0]
+            for hop in reversed(hops):
+                if not self.trusts(hop):
+                    client = hop
+                    break
+            scope["client"] = (client, 0)
+
+
 class ServerState:
     """What every connection of one interpreter shares: the app, the options, the counts."""
 
@@ -75,6 +128,8 @@ class ServerState:
         self.limit_concurrency: int | None = cfg["limit_concurrency"]
         self.limit_max_requests: int | None = cfg["limit_max_requests"]
         self.access_log: bool = cfg["access_log"]
+        allowed = cfg.get("forwarded_allow_ips")
+        self.proxies = TrustedProxies(allowed) if allowed is not None else None
         self.lifespan_state = lifespan_state
         self.server_addr = server_addr
         self.connections: set[Connection] = set()
@@ -132,6 +187,7 @@ class Connection(asyncio.Protocol):
         self.transport: Any = None
         self.cycle: Cycle | None = None
         self.client: tuple[str, int] | None = None
+        self.behind_proxy = False  # the peer is a trusted proxy: its forwarding headers count
         self.writable = asyncio.Event()
         self.writable.set()
         self.reading_paused = False
@@ -150,6 +206,9 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        proxies = self.state.proxies
+        if proxies is not None:
+            self.behind_proxy = proxies.trusts(self.client[0] if self.client else None)
         self._arm_idle_timer()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -272,6 +331,8 @@ class Connection(asyncio.Protocol):
             "server": state.server_addr,
             "state": dict(state.lifespan_state),
         }
+        if self.behind_proxy:
+            state.proxies.apply(scope, scope["headers"])  # type: ignore[union-attr]
         app = state.app
         limit = state.limit_concurrency
         if limit is not None and len(state.tasks) >= limit:
@@ -401,7 +462,8 @@ class Cycle:
                 conn.transport.close()
         finally:
             if self.started and self.conn.state.access_log:
-                client = "{}:{}".format(*self.conn.client) if self.conn.client else "-"
+                peer = self.scope["client"]  # the forwarded client behind a trusted proxy
+                client = "{}:{}".format(*peer) if peer else "-"
                 query = self.scope["query_string"]
                 target = self.scope["raw_path"].decode("ascii", "replace") + (
                     "?" + query.decode("ascii", "replace") if query else ""

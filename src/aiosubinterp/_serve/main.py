@@ -147,6 +147,8 @@ def serve(
     h11_max_incomplete_event_size: int = 16 * 1024,
     reuse_port: bool = True,
     copies: bool | None = None,
+    proxy_headers: bool = True,
+    forwarded_allow_ips: str | list[str] | None = None,
 ) -> int:
     """Serve an ASGI 3 application from ``workers`` interpreters of this process, until stopped.
 
@@ -210,6 +212,16 @@ def serve(
             (default): where this Python can (CPython 3.13+, not
             free-threaded builds); True: required (an error where it cannot);
             False: never (such a module fails the application's import).
+        proxy_headers: behind a reverse proxy: for a connection from a
+            trusted proxy, the ``X-Forwarded-For`` header gives the ASGI
+            ``client`` (the nearest address that is not itself a trusted
+            proxy) and ``X-Forwarded-Proto`` the ``scheme`` (``http`` or
+            ``https``); the access log shows that client. False: ignored.
+        forwarded_allow_ips: the trusted proxies: addresses and networks
+            (``"10.0.0.0/8"``), comma-separated or a list, ``"*"`` for any
+            peer, ``"unix:"`` for peers on a Unix domain socket. None
+            (default): the ``FORWARDED_ALLOW_IPS`` environment variable, or
+            ``"127.0.0.1"``.
 
     Returns:
         The exit status: 0 once stopped by a signal, 1 if the application
@@ -258,6 +270,7 @@ def serve(
         )
     if copies not in (None, True, False):
         raise TypeError(f"serve(copies={copies!r}): True, False or None")
+    proxies = _trusted_proxies(forwarded_allow_ips) if proxy_headers else None
     from aiosubinterp._engine.fallback import copies_unavailable
 
     why = copies_unavailable()
@@ -280,6 +293,7 @@ def serve(
         "backlog": backlog,
         "h11_max_incomplete_event_size": h11_max_incomplete_event_size,
         "copies": why is None if copies is None else copies,
+        "forwarded_allow_ips": proxies,
     }
     per_worker = reuse_port and workers > 1 and uds is None and fd is None
     socks = [_listen(host, port, uds, fd, backlog, reuse_port=per_worker)]
@@ -295,6 +309,36 @@ def serve(
         if uds is not None:
             with contextlib.suppress(OSError):
                 os.unlink(uds)
+
+
+def _trusted_proxies(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """serve(forwarded_allow_ips=) checked: its entries, each an address, a network, * or unix:."""
+    import ipaddress
+
+    if value is None:
+        value = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    if isinstance(value, str):
+        entries = [e.strip() for e in value.split(",")]
+    elif isinstance(value, (list, tuple)) and all(isinstance(e, str) for e in value):
+        entries = [e.strip() for e in value]
+    else:
+        raise TypeError(
+            f"serve(forwarded_allow_ips={value!r}): a string of comma-separated "
+            "addresses or a list of them"
+        )
+    entries = [e for e in entries if e]
+    for entry in entries:
+        if entry in ("*", "unix:"):
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"serve(forwarded_allow_ips={value!r}): {entry!r} is not an IP address or "
+                "network; give addresses or networks (10.0.0.0/8), comma-separated, "
+                "'*' for any peer or 'unix:' for Unix socket peers"
+            ) from None
+    return tuple(entries)
 
 
 def _reuses_port(sock: socket.socket) -> bool:
