@@ -1079,6 +1079,35 @@ async def test_a_proxy_trusted_by_star_with_an_unknown_scheme_keeps_http():
     assert seen["client"] == ["10.9.9.9", 0]  # all trusted: the leftmost
 
 
+@pytest.mark.parametrize(
+    ("host", "trusted"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", False),
+        ("10.255.1.1", True),
+        ("11.0.0.1", False),
+        ("::1", True),
+        ("::2", False),
+        ("2001:db8:1::5", True),
+        ("2001:db9::1", False),
+        ("::ffff:127.0.0.1", True),  # an IPv4 peer on a dual-stack socket
+        ("192.168.3.4", True),  # in ::ffff:192.168.0.0/112
+        ("proxy.local", False),
+        ("unknown", False),
+        (None, False),  # a Unix socket peer, without "unix:"
+    ],
+)
+def test_which_peers_are_trusted_proxies(host, trusted):
+    from aiosubinterp._serve.http import TrustedProxies
+
+    proxies = TrustedProxies(
+        ("127.0.0.1", "10.0.0.0/8", "::1", "2001:db8::/32", "::ffff:192.168.0.0/112")
+    )
+    assert proxies.trusts(host) is trusted
+    assert TrustedProxies(("*",)).trusts(host)
+    assert TrustedProxies(("unix:",)).trusts(host) is (host is None)
+
+
 def test_forwarded_allow_ips_are_checked_before_starting(monkeypatch):
     from aiosubinterp._serve.main import _trusted_proxies
 
