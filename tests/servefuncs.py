@@ -44,6 +44,17 @@ async def _read_body(receive) -> bytes:
             return body
 
 
+async def _ws_echo(scope, receive, send):
+    """Accepts; answers each text message with "<interpreter id>:<text>"."""
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        await send({"type": "websocket.send", "text": f"{_interp()}:{message.get('text')}"})
+
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while True:
@@ -59,6 +70,9 @@ async def app(scope, receive, send):
                         f.write("done")
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] == "websocket":
+        await _ws_echo(scope, receive, send)
+        return
     path = scope["path"][len(scope["root_path"]) :]  # the server's path includes root_path
     if path == "/":
         await _reply(send, b"Hello, world!")

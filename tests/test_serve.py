@@ -324,6 +324,27 @@ def test_the_server_side_loads_only_what_it_runs(server):
     assert out.stdout.strip() == "[]", out.stderr
 
 
+async def test_websockets_are_served_from_the_interpreters(server):
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    port = int(server.url.rsplit(":", 1)[1])
+    clients = []
+    for _ in range(4):
+        client, answer = await Client.connect(port, "/ws")
+        assert isinstance(answer, ws.AcceptConnection), answer
+        clients.append(client)
+    for i, client in enumerate(clients):
+        client.send_text(f"hello {i}")
+    for i, client in enumerate(clients):
+        interp, _, text = (await client.message()).partition(":")
+        assert text == f"hello {i}" and int(interp) != 0  # never the main interpreter
+        client.send_close()
+        assert isinstance(await client.next(), ws.CloseConnection)
+        await client.aclose()
+    server.wait_for(r'INFO: 127\.0\.0\.1:\d+ - "WebSocket /ws" 101')
+
+
 def test_keep_alive_and_pipelining(server):
     client = Client(server.port)
     try:
@@ -1121,6 +1142,185 @@ def test_forwarded_allow_ips_are_checked_before_starting(monkeypatch):
         aiosubinterp.serve("servefuncs:app", forwarded_allow_ips="10.0.0.1,proxy.local")
     with pytest.raises(TypeError, match="comma-separated"):
         aiosubinterp.serve("servefuncs:app", forwarded_allow_ips=10)
+
+
+class _WsServer:
+    """An in-process server (one interpreter's ServerState) on a TCP port, for WebSocket tests."""
+
+    def __init__(self, app, **cfg):
+        self.state = server_state(app, **cfg)
+
+    async def __aenter__(self):
+        from aiosubinterp._serve.http import Connection
+
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: Connection(self.state), "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        for conn in list(self.state.connections):
+            conn.abort()
+        await self.server.wait_closed()
+
+
+def _ws_echo_app(seen):
+    """Accepts (with "chat" if offered), echoes each message, records the scope and the end."""
+
+    async def app(scope, receive, send):
+        seen["scope"] = scope
+        assert (await receive())["type"] == "websocket.connect"
+        offered = scope["subprotocols"]
+        await send(
+            {"type": "websocket.accept", "subprotocol": "chat" if "chat" in offered else None}
+        )
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                seen["disconnect"] = message
+                seen["ended"].set()
+                return
+            await send({**message, "type": "websocket.send"})
+
+    return app
+
+
+async def test_a_websocket_echoes_text_and_bytes_and_ends_with_the_clients_close():
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen), access_log=True) as server:
+        client, answer = await Client.connect(server.port, "/chat?room=1", ("x", "chat"))
+        assert isinstance(answer, ws.AcceptConnection) and answer.subprotocol == "chat"
+        client.send_text("hello")
+        assert await client.message() == "hello"
+        client.send_bytes(b"\x00\x01" * 50_000)  # many frames' worth
+        assert await client.message() == b"\x00\x01" * 50_000
+        client.send_close(1000, "bye")
+        closing = await client.next()
+        assert isinstance(closing, ws.CloseConnection) and closing.code == 1000
+        await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
+        await client.aclose()
+    assert seen["disconnect"]["code"] == 1000
+    scope = seen["scope"]
+    assert (scope["type"], scope["scheme"], scope["path"]) == ("websocket", "ws", "/chat")
+    assert scope["query_string"] == b"room=1" and scope["subprotocols"] == ["x", "chat"]
+    assert "method" not in scope
+
+
+async def test_a_websocket_the_application_closes_ends_with_its_code():
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": "last words"})
+        await send({"type": "websocket.close", "code": 4001, "reason": "done"})
+        with pytest.raises(OSError, match="the application closed it"):
+            await send({"type": "websocket.send", "text": "too late"})
+
+    async with _WsServer(app) as server:
+        client, answer = await Client.connect(server.port)
+        assert isinstance(answer, ws.AcceptConnection) and answer.subprotocol is None
+        assert await client.message() == "last words"
+        closing = await client.next()
+        assert isinstance(closing, ws.CloseConnection)
+        assert (closing.code, closing.reason) == (4001, "done")
+        await client.aclose()
+
+
+@pytest.mark.parametrize(("when", "status"), [("close", 403), ("raise", 500), ("return", 500)])
+async def test_a_websocket_refused_before_its_accept_gets_an_http_status(when, status):
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    async def app(scope, receive, send):
+        await receive()
+        if when == "close":
+            await send({"type": "websocket.close"})
+        elif when == "raise":
+            raise ValueError("refused by a bug")
+
+    async with _WsServer(app) as server:
+        client, answer = await Client.connect(server.port)
+        assert isinstance(answer, ws.RejectConnection), answer
+        assert answer.status_code == status
+        await client.aclose()
+
+
+async def test_an_application_error_after_the_accept_closes_with_1011():
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        await receive()
+        raise RuntimeError("broken on purpose")
+
+    async with _WsServer(app) as server:
+        client, _ = await Client.connect(server.port)
+        client.send_text("go")
+        closing = await client.next()
+        assert isinstance(closing, ws.CloseConnection) and closing.code == 1011
+        await client.aclose()
+
+
+async def test_a_client_that_vanishes_gives_the_application_a_disconnect():
+    from wshelpers import Client
+
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen)) as server:
+        client, _ = await Client.connect(server.port)
+        client.send_text("hi")
+        assert await client.message() == "hi"
+        client.writer.transport.abort()  # no close frame
+        await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
+    assert seen["disconnect"]["code"] == 1006
+
+
+async def test_stopping_the_server_closes_its_websockets_with_1012():
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen)) as server:
+        client, _ = await Client.connect(server.port)
+        client.send_text("hi")
+        assert await client.message() == "hi"
+        server.state.stop()
+        closing = await client.next()
+        assert isinstance(closing, ws.CloseConnection) and closing.code == 1012
+        client.answer_close(closing)
+        await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
+        assert seen["disconnect"]["code"] == 1012
+        await asyncio.wait_for(server.state.idle.wait(), DEADLINE)
+        await client.aclose()
+
+
+async def test_a_plain_request_with_an_upgrade_header_of_another_protocol_is_http():
+    async def app(scope, receive, send):
+        body = scope["type"].encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"%d" % len(body))],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async with _WsServer(app) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade, close\r\nupgrade: h2c\r\n\r\n"
+        )
+        answer = await asyncio.wait_for(reader.read(), DEADLINE)
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"http")
 
 
 async def _until(predicate) -> None:

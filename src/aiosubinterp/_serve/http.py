@@ -212,6 +212,7 @@ class Connection(asyncio.Protocol):
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=state.max_incomplete)
         self.transport: Any = None
         self.cycle: Cycle | None = None
+        self.websocket: Any = None  # a WebSocketCycle once a WebSocket handshake came
         self.client: tuple[str, int] | None = None
         self.behind_proxy = False  # the peer is a trusted proxy: its forwarding headers count
         self.writable = asyncio.Event()
@@ -241,12 +242,17 @@ class Connection(asyncio.Protocol):
         self._cancel_idle_timer()
         self._cancel_head_timer()
         self.writable.set()
+        if self.websocket is not None:
+            self.websocket.lost()
         if self.cycle is not None:
             self.cycle.disconnected = True
             self.cycle.wake.set()
         self.state.forget(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.websocket is not None:
+            self.websocket.feed(data)
+            return
         self.h11.receive_data(data)
         self._handle_events()
         if self.cycle is not None:
@@ -261,6 +267,9 @@ class Connection(asyncio.Protocol):
                 self.head_timer = self.loop.call_later(self.state.head_timeout, self._head_timeout)
 
     def eof_received(self) -> bool | None:
+        if self.websocket is not None:
+            self.websocket.feed(None)
+            return None  # the transport closes
         self.h11.receive_data(b"")
         self._handle_events()
         # A client that half-closed after its request still gets the response
@@ -291,6 +300,8 @@ class Connection(asyncio.Protocol):
                 return
             if isinstance(event, h11.Request):
                 self._start_cycle(event)
+                if self.websocket is not None:
+                    return  # the rest of the bytes are the WebSocket's
             elif isinstance(event, h11.Data):
                 cycle = self.cycle
                 assert cycle is not None
@@ -363,10 +374,32 @@ class Connection(asyncio.Protocol):
         limit = state.limit_concurrency
         if limit is not None and len(state.tasks) >= limit:
             app = _service_unavailable
+        elif request.method == b"GET" and _asks_websocket(scope["headers"]) and _websockets():
+            self._start_websocket(scope)
+            return
         self.cycle = cycle = Cycle(self, scope)
         task = self.loop.create_task(cycle.run(app))
         state.tasks.add(task)
         task.add_done_callback(state.task_done)
+
+    def _start_websocket(self, http_scope: dict[str, Any]) -> None:
+        """A WebSocket handshake: from now on the connection's bytes are the WebSocket's."""
+        self._cancel_idle_timer()
+        wsmod = _websockets()
+        self.websocket = ws = wsmod.WebSocketCycle(
+            self, wsmod.websocket_scope(http_scope), self.h11.trailing_data[0]
+        )
+        state = self.state
+        task = self.loop.create_task(ws.run(state.app))
+        state.tasks.add(task)
+        task.add_done_callback(state.task_done)
+
+    def websocket_done(self) -> None:
+        """The application's WebSocket coroutine returned (its close frame is sent)."""
+        self.served += 1
+        self.state.response_done()
+        if self.state.stopping:
+            self.transport.close()
 
     def cycle_done(self) -> None:
         """The cycle's response is complete (or failed): next request, or close."""
@@ -390,6 +423,9 @@ class Connection(asyncio.Protocol):
         self._handle_events()  # a pipelined request already buffered
 
     def close_when_idle(self) -> None:
+        if self.websocket is not None:
+            self.websocket.shut_down()
+            return
         # A connection that has not sent its first request yet was accepted
         # just before the stop: its request is answered (then it closes), or
         # the keep-alive timeout closes it.
@@ -602,6 +638,39 @@ class Cycle:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} in an HTTP response")
         if not conn.writable.is_set():
             await conn.writable.wait()
+
+
+def _asks_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers ask for a WebSocket (``Upgrade: websocket``)."""
+    upgrade = connection = False
+    for name, value in headers:
+        if name == b"upgrade":
+            upgrade = upgrade or b"websocket" in value.lower()
+        elif name == b"connection":
+            connection = connection or any(
+                token.strip() == b"upgrade" for token in value.lower().split(b",")
+            )
+    return upgrade and connection
+
+
+_ws_module: Any = None
+
+
+def _websockets() -> Any:
+    """The websocket module, imported on the first upgrade request; False without wsproto."""
+    global _ws_module
+    if _ws_module is None:
+        try:
+            from aiosubinterp._serve import websocket
+        except ImportError:
+            _log.warning(
+                "A WebSocket handshake was answered as a plain HTTP request: "
+                "WebSockets need wsproto (pip install 'aiosubinterp[serve]')"
+            )
+            _ws_module = False
+        else:
+            _ws_module = websocket
+    return _ws_module
 
 
 async def _service_unavailable(scope: dict[str, Any], receive: Any, send: Any) -> None:
