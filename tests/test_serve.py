@@ -832,6 +832,8 @@ def test_an_application_that_cannot_start_exits_non_zero(tmp_path, app, code, me
         ),
         (["servefuncs:app", "--port", "70000"], r"--port must be an int in \[0, 65535\]"),
         (["servefuncs:app", "--root-path", "api/"], "a path starting with '/'"),
+        (["servefuncs:app", "--ws-max-size", "0"], "--ws-max-size must be positive"),
+        (["servefuncs:app", "--ws-ping-interval", "soon"], "expected seconds or 'none'"),
         (
             ["servefuncs:app", "--forwarded-allow-ips", "10.0.0.1,nope"],
             "--forwarded-allow-ips: 'nope' is not an IP address or network",
@@ -1299,6 +1301,46 @@ async def test_stopping_the_server_closes_its_websockets_with_1012():
         assert seen["disconnect"]["code"] == 1012
         await asyncio.wait_for(server.state.idle.wait(), DEADLINE)
         await client.aclose()
+
+
+async def test_a_websocket_message_over_the_size_limit_closes_with_1009():
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen), ws_max_size=1000) as server:
+        client, _ = await Client.connect(server.port)
+        client.send_text("x" * 1000)  # at the limit: fine
+        assert await client.message() == "x" * 1000
+        client.send_bytes(b"y" * 1001)
+        closing = await client.next()
+        assert isinstance(closing, ws.CloseConnection) and closing.code == 1009
+        await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
+        await client.aclose()
+    assert seen["disconnect"]["code"] == 1009
+
+
+async def test_a_client_that_answers_pings_stays_and_one_that_does_not_is_dropped():
+    from wshelpers import Client
+
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen), ws_ping_interval=0.02, ws_ping_timeout=5.0) as server:
+        client, _ = await Client.connect(server.port)
+        await client.wait_pings(3)  # each answered: the server pings again
+        client.send_text("still here")
+        assert await client.message() == "still here"
+        assert not seen["ended"].is_set()
+        await client.aclose()
+    seen = {"ended": asyncio.Event()}
+    async with _WsServer(_ws_echo_app(seen), ws_ping_interval=0.02, ws_ping_timeout=0.2) as server:
+        client, _ = await Client.connect(server.port)  # then reads nothing: no pong
+        await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
+        await client.aclose()
+    assert seen["disconnect"] == {
+        "type": "websocket.disconnect",
+        "code": 1011,
+        "reason": "keepalive ping timeout",
+    }
 
 
 async def test_a_plain_request_with_an_upgrade_header_of_another_protocol_is_http():

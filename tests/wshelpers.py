@@ -19,6 +19,7 @@ class Client:
         self.writer = writer
         self.ws = WSConnection(ConnectionType.CLIENT)
         self.events: list[ws.Event] = []
+        self.pings = 0  # pings from the server, answered
 
     @classmethod
     async def connect(
@@ -37,16 +38,25 @@ class Client:
     async def next(self) -> ws.Event:
         """The next event from the server (pings answered); ConnectionError at the end."""
         while not self.events:
-            data = await asyncio.wait_for(self.reader.read(65536), DEADLINE)
-            self.ws.receive_data(data or None)
-            for event in self.ws.events():
-                if isinstance(event, ws.Ping):
-                    self.writer.write(self.ws.send(event.response()))
-                else:
-                    self.events.append(event)
-            if not data and not self.events:
-                raise ConnectionError("the server closed the connection")
+            await self._read()
         return self.events.pop(0)
+
+    async def wait_pings(self, count: int) -> None:
+        """Read (answering pings) until the server sent count pings in all."""
+        while self.pings < count:
+            await self._read()
+
+    async def _read(self) -> None:
+        data = await asyncio.wait_for(self.reader.read(65536), DEADLINE)
+        self.ws.receive_data(data or None)
+        for event in self.ws.events():
+            if isinstance(event, ws.Ping):
+                self.pings += 1
+                self.writer.write(self.ws.send(event.response()))
+            else:
+                self.events.append(event)
+        if not data and not self.events:
+            raise ConnectionError("the server closed the connection")
 
     async def message(self) -> str | bytes:
         """The next whole message's data."""

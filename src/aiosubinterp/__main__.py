@@ -31,6 +31,16 @@ def _contenders(value: str) -> list[str]:
     return names
 
 
+def _seconds_or_none(text: str) -> float | None:
+    """A number of seconds, or "none" (None: off)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or 'none', got {text!r}") from None
+
+
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser(
         "serve",
@@ -147,6 +157,24 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="the trusted proxies: comma-separated addresses or networks, '*' for any, "
         "'unix:' for Unix socket peers ($FORWARDED_ALLOW_IPS, or 127.0.0.1)",
+    )
+    serve.add_argument(
+        "--ws-max-size",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="largest WebSocket message in bytes; larger close with 1009 (16777216)",
+    )
+    serve.add_argument(
+        "--ws-ping-interval",
+        type=_seconds_or_none,
+        default=20.0,
+        help="seconds between a WebSocket's pings to its client (20; 'none': no pings)",
+    )
+    serve.add_argument(
+        "--ws-ping-timeout",
+        type=_seconds_or_none,
+        default=20.0,
+        help="seconds a ping's answer may take before the client is taken as gone (20)",
     )
     serve.add_argument("--backlog", type=int, default=2048, help="listen backlog (2048)")
     serve.add_argument(

@@ -154,6 +154,9 @@ class ServerState:
         self.limit_concurrency: int | None = cfg["limit_concurrency"]
         self.limit_max_requests: int | None = cfg["limit_max_requests"]
         self.access_log: bool = cfg["access_log"]
+        self.ws_max_size: int = cfg.get("ws_max_size", 16 * 1024 * 1024)
+        self.ws_ping_interval: float | None = cfg.get("ws_ping_interval", 20.0)
+        self.ws_ping_timeout: float | None = cfg.get("ws_ping_timeout", 20.0)
         allowed = cfg.get("forwarded_allow_ips")
         self.proxies = TrustedProxies(allowed) if allowed is not None else None
         self.lifespan_state = lifespan_state

@@ -149,6 +149,9 @@ def serve(
     copies: bool | None = None,
     proxy_headers: bool = True,
     forwarded_allow_ips: str | list[str] | None = None,
+    ws_max_size: int = 16 * 1024 * 1024,
+    ws_ping_interval: float | None = 20.0,
+    ws_ping_timeout: float | None = 20.0,
 ) -> int:
     """Serve an ASGI 3 application from ``workers`` interpreters of this process, until stopped.
 
@@ -222,6 +225,13 @@ def serve(
             peer, ``"unix:"`` for peers on a Unix domain socket. None
             (default): the ``FORWARDED_ALLOW_IPS`` environment variable, or
             ``"127.0.0.1"``.
+        ws_max_size: the largest WebSocket message in bytes; a larger one
+            closes the WebSocket with 1009 (message too big).
+        ws_ping_interval: seconds between the pings each WebSocket sends
+            its client once it was answered (None: no pings).
+        ws_ping_timeout: seconds a ping's answer may take; then the client
+            is taken as gone: the connection is dropped and the application
+            gets ``websocket.disconnect`` with code 1011 (None: no limit).
 
     Returns:
         The exit status: 0 once stopped by a signal, 1 if the application
@@ -271,6 +281,9 @@ def serve(
     if copies not in (None, True, False):
         raise TypeError(f"serve(copies={copies!r}): True, False or None")
     proxies = _trusted_proxies(forwarded_allow_ips) if proxy_headers else None
+    _positive("ws_max_size", ws_max_size, int, allow_none=False)
+    _positive("ws_ping_interval", ws_ping_interval)
+    _positive("ws_ping_timeout", ws_ping_timeout)
     from aiosubinterp._engine.fallback import copies_unavailable
 
     why = copies_unavailable()
@@ -294,6 +307,9 @@ def serve(
         "h11_max_incomplete_event_size": h11_max_incomplete_event_size,
         "copies": why is None if copies is None else copies,
         "forwarded_allow_ips": proxies,
+        "ws_max_size": ws_max_size,
+        "ws_ping_interval": ws_ping_interval,
+        "ws_ping_timeout": ws_ping_timeout,
     }
     per_worker = reuse_port and workers > 1 and uds is None and fd is None
     socks = [_listen(host, port, uds, fd, backlog, reuse_port=per_worker)]

@@ -21,7 +21,6 @@ from wsproto.utilities import generate_accept_token
 _log = logging.getLogger("aiosubinterp.serve")
 _access = logging.getLogger("aiosubinterp.serve.access")
 
-MAX_MESSAGE = 16 * 1024 * 1024  # a larger message closes the connection with 1009
 _QUEUE_HIGH = 16  # messages the application has not received: reading pauses above this
 
 # Close codes (RFC 6455 section 7.4.1).
@@ -78,6 +77,8 @@ class WebSocketCycle:
         self.fragments: list[Any] = []
         self.size = 0
         self.close_timer: asyncio.TimerHandle | None = None
+        self.ping_timer: asyncio.TimerHandle | None = None  # the next ping, or the pong's deadline
+        self.pong_due = False
 
     # -- from the connection ------------------------------------------------------------
 
@@ -92,8 +93,9 @@ class WebSocketCycle:
 
     def lost(self) -> None:
         """The connection is gone."""
-        if self.close_timer is not None:
-            self.close_timer.cancel()
+        for timer in (self.close_timer, self.ping_timer):
+            if timer is not None:
+                timer.cancel()
         self._disconnect(_ABNORMAL, "")
 
     def shut_down(self) -> None:
@@ -111,9 +113,10 @@ class WebSocketCycle:
             if isinstance(event, ws.Message):
                 self.fragments.append(event.data)
                 self.size += len(event.data)
-                if self.size > MAX_MESSAGE:
+                limit = self.conn.state.ws_max_size
+                if self.size > limit:
                     self.fragments.clear()
-                    self._close(_TOO_BIG, f"a message larger than {MAX_MESSAGE} bytes")
+                    self._close(_TOO_BIG, f"a message larger than {limit} bytes")
                     self._disconnect(_TOO_BIG, "")
                     return
                 if event.message_finished:
@@ -130,6 +133,10 @@ class WebSocketCycle:
                         self.conn._pause_reading()
             elif isinstance(event, ws.Ping):
                 self._write(frames.send(event.response()))
+            elif isinstance(event, ws.Pong):
+                if self.pong_due:
+                    self.pong_due = False
+                    self._schedule_ping()
             elif isinstance(event, ws.CloseConnection):
                 if frames.state is ConnectionState.REMOTE_CLOSING:
                     self._write(frames.send(event.response()))  # the answering close frame
@@ -151,6 +158,29 @@ class WebSocketCycle:
             self.close_timer = self.conn.loop.call_later(
                 self.conn.state.keep_alive, self.conn.transport.close
             )
+
+    # -- keep-alive pings (--ws-ping-interval, --ws-ping-timeout) ------------------------
+
+    def _schedule_ping(self) -> None:
+        interval = self.conn.state.ws_ping_interval
+        if interval is not None:
+            self.ping_timer = self.conn.loop.call_later(interval, self._ping)
+
+    def _ping(self) -> None:
+        frames = self.frames
+        if frames is None or frames.state is not ConnectionState.OPEN:
+            return
+        self._write(frames.send(ws.Ping(payload=b"aiosubinterp")))
+        self.pong_due = True
+        timeout = self.conn.state.ws_ping_timeout
+        if timeout is not None:
+            self.ping_timer = self.conn.loop.call_later(timeout, self._pong_missing)
+
+    def _pong_missing(self) -> None:
+        """No pong in time: the client (or the network to it) is gone; 1011 for the app."""
+        if self.pong_due:
+            self._disconnect(_INTERNAL_ERROR, "keepalive ping timeout")
+            self.conn.transport.abort()
 
     def _disconnect(self, code: int, reason: str) -> None:
         if not self.disconnected:
@@ -182,6 +212,7 @@ class WebSocketCycle:
         self.answered = True
         self.status = 101
         self.frames = FrameConnection(ConnectionType.SERVER)
+        self._schedule_ping()
         early, self.early = self.early, b""
         if early:
             self.frames.receive_data(early)
