@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import childproc
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 STRESS = TESTS / "stress"
@@ -63,13 +65,9 @@ def run_script(
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), str(STRESS)])
     full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=str(tmp_path),
-        env=full_env,
+    # A freeze fails the test with the child's native stacks (gdb), for the next look.
+    return childproc.run_or_fail_with_stacks(
+        [sys.executable, str(script)], timeout, cwd=str(tmp_path), env=full_env
     )
 
 
