@@ -1234,6 +1234,84 @@ async def test_a_websocket_the_application_closes_ends_with_its_code():
         await client.aclose()
 
 
+async def test_a_ping_after_the_applications_close_is_not_answered_and_breaks_nothing(caplog):
+    # Once the server's close frame is out, wsproto cannot send a pong: the
+    # ping is ignored, the client's answering close ends the WebSocket.
+    from wshelpers import Client
+    from wsproto import events as ws
+
+    ended = asyncio.Event()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 4002})
+        seen = await receive()
+        assert seen["type"] == "websocket.disconnect" and seen["code"] == 4002, seen
+        ended.set()
+
+    with caplog.at_level(logging.ERROR):
+        async with _WsServer(app) as server:
+            client, _ = await Client.connect(server.port)
+            closing = await client.next()
+            assert isinstance(closing, ws.CloseConnection) and closing.code == 4002
+            client.writer.write(b"\x89\x80\x00\x00\x00\x00")  # a masked, empty ping frame
+            client.answer_close(closing)
+            await asyncio.wait_for(ended.wait(), DEADLINE)
+            assert await client.reader.read() == b""  # the server closed, sending no pong
+            await client.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_a_websocket_outlives_the_keep_alive_and_head_timeouts():
+    # Those timeouts are HTTP's: armed for the handshake request, they must
+    # not close the WebSocket it became. Five pings at 0.05 s take longer
+    # than both (0.1 s).
+    from wshelpers import Client
+
+    seen = {"ended": asyncio.Event()}
+    app = _ws_echo_app(seen)
+    async with _WsServer(
+        app, timeout_keep_alive=0.1, timeout_request_head=0.1, ws_ping_interval=0.05
+    ) as server:
+        client, _ = await Client.connect(server.port)
+        await client.wait_pings(5)
+        client.send_text("still open")
+        assert await client.message() == "still open"
+        assert not seen["ended"].is_set()
+        await client.aclose()
+
+
+async def test_a_client_flooding_before_the_accept_is_disconnected():
+    # Bytes that come before the handshake's answer wait for it; no more than
+    # --ws-max-size of them.
+    gate = asyncio.Event()
+    seen = {}
+
+    async def app(scope, receive, send):
+        await receive()
+        await gate.wait()
+        try:
+            await send({"type": "websocket.accept"})
+        except OSError as exc:
+            seen["accept"] = exc
+        seen["next"] = await receive()
+
+    async with _WsServer(app, ws_max_size=1000) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n"
+            b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            + b"\x81\xfe\x04\x00"
+            + b"m" * 2000  # frames the server may not read yet
+        )
+        assert await asyncio.wait_for(reader.read(), DEADLINE) == b""  # closed, unanswered
+        writer.close()
+        gate.set()
+        await asyncio.wait_for(_until(lambda: "next" in seen), DEADLINE)
+    assert seen["next"]["type"] == "websocket.disconnect"
+
+
 @pytest.mark.parametrize(("when", "status"), [("close", 403), ("raise", 500), ("return", 500)])
 async def test_a_websocket_refused_before_its_accept_gets_an_http_status(when, status):
     from wshelpers import Client

@@ -20,6 +20,7 @@ class Client:
         self.ws = WSConnection(ConnectionType.CLIENT)
         self.events: list[ws.Event] = []
         self.pings = 0  # pings from the server, answered
+        self.eof = False
 
     @classmethod
     async def connect(
@@ -44,10 +45,15 @@ class Client:
     async def wait_pings(self, count: int) -> None:
         """Read (answering pings) until the server sent count pings in all."""
         while self.pings < count:
+            if self.eof:
+                raise ConnectionError(f"the server closed the connection after {self.pings} pings")
             await self._read()
 
     async def _read(self) -> None:
+        if self.eof:
+            raise ConnectionError("the server closed the connection")
         data = await asyncio.wait_for(self.reader.read(65536), DEADLINE)
+        self.eof = not data
         self.ws.receive_data(data or None)
         for event in self.ws.events():
             if isinstance(event, ws.Ping):

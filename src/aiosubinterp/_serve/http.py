@@ -258,6 +258,8 @@ class Connection(asyncio.Protocol):
             return
         self.h11.receive_data(data)
         self._handle_events()
+        if self.websocket is not None:
+            return  # a WebSocket from now on: no keep-alive or head timers
         if self.cycle is not None:
             self._cancel_idle_timer()
         elif not self.transport.is_closing():

@@ -79,6 +79,7 @@ class WebSocketCycle:
         self.close_timer: asyncio.TimerHandle | None = None
         self.ping_timer: asyncio.TimerHandle | None = None  # the next ping, or the pong's deadline
         self.pong_due = False
+        self._bound_early()
 
     # -- from the connection ------------------------------------------------------------
 
@@ -87,9 +88,14 @@ class WebSocketCycle:
         if self.frames is None:
             if data:
                 self.early += data  # a client that did not wait for the answer
+                self._bound_early()
             return
         self.frames.receive_data(data)
         self._take_events()
+
+    def _bound_early(self) -> None:
+        if len(self.early) > self.conn.state.ws_max_size:
+            self.conn.transport.close()  # flooding before the handshake's answer
 
     def lost(self) -> None:
         """The connection is gone."""
@@ -132,7 +138,8 @@ class WebSocketCycle:
                     if len(self.messages) > _QUEUE_HIGH:
                         self.conn._pause_reading()
             elif isinstance(event, ws.Ping):
-                self._write(frames.send(event.response()))
+                if frames.state is ConnectionState.OPEN:  # not once a close frame went out
+                    self._write(frames.send(event.response()))
             elif isinstance(event, ws.Pong):
                 if self.pong_due:
                     self.pong_due = False
@@ -206,6 +213,8 @@ class WebSocketCycle:
                 )
             headers.append((b"sec-websocket-protocol", subprotocol.encode()))
         headers += [(bytes(k).lower(), bytes(v)) for k, v in message.get("headers", ())]
+        if self.conn.transport.is_closing():
+            raise ClientDisconnected("cannot accept the WebSocket: its client is gone")
         self.conn.transport.write(
             b"HTTP/1.1 101 Switching Protocols\r\n" + _header_lines(headers) + b"\r\n"
         )
@@ -223,7 +232,7 @@ class WebSocketCycle:
         self.answered = True
         self.status = status
         reason = {403: b"Forbidden", 500: b"Internal Server Error"}[status]
-        self.conn.transport.write(
+        self._write(  # not to a client that is gone
             b"HTTP/1.1 %d %s\r\ncontent-length: 0\r\nconnection: close\r\n\r\n" % (status, reason)
         )
         self.conn.transport.close()
