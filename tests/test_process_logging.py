@@ -164,9 +164,8 @@ EXIT_CHILD = """
     {undo}
 """
 
-# A process worker's records are handled on its reader thread, before its
-# result: the worker says on a socket of its own that it sent them all.
-PROCESS_EXIT_CHILD = """
+# The start of the children below: main's "logtest" logger with a slow handler.
+SLOW_LOGTEST_CHILD = """
     import asyncio, logging, socket, sys, threading, time
     import aiosubinterp as asi
     import logfuncs
@@ -178,6 +177,13 @@ PROCESS_EXIT_CHILD = """
 
     logging.getLogger("logtest").addHandler(Slow())
     logging.getLogger("logtest").setLevel(logging.INFO)
+"""
+
+# A process worker's records are handled on its reader thread, before its
+# result: the worker says on a socket of its own that it sent them all.
+PROCESS_EXIT_CHILD = (
+    SLOW_LOGTEST_CHILD
+    + """
 
     async def main():
         pool = asi.ProcessPool(1)
@@ -192,6 +198,7 @@ PROCESS_EXIT_CHILD = """
     sys.stdout.write("exiting\\n")
     {undo}
 """
+)
 
 
 def test_records_of_a_pool_never_closed_reach_main_at_exit(tmp_path):
@@ -215,18 +222,9 @@ def test_records_of_a_process_pool_never_closed_reach_main_at_exit(tmp_path):
 # but not yet counted were in neither. Here the reader thread is held right
 # there, from before the exit hook starts until a while after: the drain must
 # still handle every record.
-HELD_READER_EXIT_CHILD = """
-    import asyncio, logging, socket, sys, threading, time
-    import aiosubinterp as asi
-    import logfuncs
-
-    class Slow(logging.Handler):
-        def emit(self, record):
-            time.sleep(0.002)  # a slow handler: exit would not wait for it
-            sys.stdout.write(record.getMessage() + "\\n")
-
-    logging.getLogger("logtest").addHandler(Slow())
-    logging.getLogger("logtest").setLevel(logging.INFO)
+HELD_READER_EXIT_CHILD = (
+    SLOW_LOGTEST_CHILD
+    + """
     all_sent, draining = threading.Event(), threading.Event()
 
     class HeldAfterRecv:
@@ -278,6 +276,7 @@ HELD_READER_EXIT_CHILD = """
     pool = asyncio.run(main())  # never closed
     sys.stdout.write("exiting\\n")
 """
+)
 
 
 def test_records_held_by_the_reader_when_main_exits_are_still_handled(tmp_path):
