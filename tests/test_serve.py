@@ -1121,7 +1121,7 @@ async def test_a_proxy_trusted_by_star_with_an_unknown_scheme_keeps_http():
     ],
 )
 def test_which_peers_are_trusted_proxies(host, trusted):
-    from aiosubinterp._serve.http import TrustedProxies
+    from aiosubinterp._serve.proxies import TrustedProxies
 
     proxies = TrustedProxies(
         ("127.0.0.1", "10.0.0.0/8", "::1", "2001:db8::/32", "::ffff:192.168.0.0/112")
@@ -1144,6 +1144,11 @@ def test_forwarded_allow_ips_are_checked_before_starting(monkeypatch):
         aiosubinterp.serve("servefuncs:app", forwarded_allow_ips="10.0.0.1,proxy.local")
     with pytest.raises(TypeError, match="comma-separated"):
         aiosubinterp.serve("servefuncs:app", forwarded_allow_ips=10)
+    # Forms an interpreter could not match are refused here, not when it starts.
+    for entry in ("10.0.0.0/255.0.0.0", "10.0.0.0/33", "::1/129", "10.0.0.0/-1", "10.0.0.0/"):
+        with pytest.raises(ValueError, match=re.escape(f"{entry!r} is not an IP address or net")):
+            aiosubinterp.serve("servefuncs:app", forwarded_allow_ips=entry)
+    assert _trusted_proxies("::ffff:10.0.0.0/104,0.0.0.0/0") == ("::ffff:10.0.0.0/104", "0.0.0.0/0")
 
 
 class _WsServer:

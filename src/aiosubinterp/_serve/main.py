@@ -329,7 +329,7 @@ def serve(
 
 def _trusted_proxies(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     """serve(forwarded_allow_ips=) checked: its entries, each an address, a network, * or unix:."""
-    import ipaddress
+    from aiosubinterp._serve.proxies import TrustedProxies
 
     if value is None:
         value = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
@@ -342,19 +342,15 @@ def _trusted_proxies(value: str | list[str] | tuple[str, ...] | None) -> tuple[s
             f"serve(forwarded_allow_ips={value!r}): a string of comma-separated "
             "addresses or a list of them"
         )
-    entries = [e for e in entries if e]
-    for entry in entries:
-        if entry in ("*", "unix:"):
-            continue
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            raise ValueError(
-                f"serve(forwarded_allow_ips={value!r}): {entry!r} is not an IP address or "
-                "network; give addresses or networks (10.0.0.0/8), comma-separated, "
-                "'*' for any peer or 'unix:' for Unix socket peers"
-            ) from None
-    return tuple(entries)
+    allowed = tuple(e for e in entries if e)
+    try:
+        TrustedProxies(allowed)  # what each interpreter will make of them
+    except ValueError as exc:
+        raise ValueError(
+            f"serve(forwarded_allow_ips={value!r}): {exc}; give addresses or networks "
+            "(10.0.0.0/8), comma-separated, '*' for any peer or 'unix:' for Unix socket peers"
+        ) from None
+    return allowed
 
 
 def _reuses_port(sock: socket.socket) -> bool:
