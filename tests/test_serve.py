@@ -943,6 +943,10 @@ def server_state(app, **cfg):
         "limit_concurrency": None,
         "limit_max_requests": None,
         "access_log": False,
+        "forwarded_allow_ips": None,
+        "ws_max_size": 16 * 1024 * 1024,
+        "ws_ping_interval": 20.0,
+        "ws_ping_timeout": 20.0,
     }
     return ServerState(app, {**options, **cfg}, {}, ("127.0.0.1", 0))
 
@@ -1193,6 +1197,16 @@ def _ws_echo_app(seen):
     return app
 
 
+async def _echoing_client(server):
+    """A client of _ws_echo_app's server whose first message came back."""
+    from wshelpers import Client
+
+    client, _ = await Client.connect(server.port)
+    client.send_text("hi")
+    assert await client.message() == "hi"
+    return client
+
+
 async def test_a_websocket_echoes_text_and_bytes_and_ends_with_the_clients_close():
     from wshelpers import Client
     from wsproto import events as ws
@@ -1355,27 +1369,21 @@ async def test_an_application_error_after_the_accept_closes_with_1011():
 
 
 async def test_a_client_that_vanishes_gives_the_application_a_disconnect():
-    from wshelpers import Client
 
     seen = {"ended": asyncio.Event()}
     async with _WsServer(_ws_echo_app(seen)) as server:
-        client, _ = await Client.connect(server.port)
-        client.send_text("hi")
-        assert await client.message() == "hi"
+        client = await _echoing_client(server)
         client.writer.transport.abort()  # no close frame
         await asyncio.wait_for(seen["ended"].wait(), DEADLINE)
     assert seen["disconnect"]["code"] == 1006
 
 
 async def test_stopping_the_server_closes_its_websockets_with_1012():
-    from wshelpers import Client
     from wsproto import events as ws
 
     seen = {"ended": asyncio.Event()}
     async with _WsServer(_ws_echo_app(seen)) as server:
-        client, _ = await Client.connect(server.port)
-        client.send_text("hi")
-        assert await client.message() == "hi"
+        client = await _echoing_client(server)
         server.state.stop()
         closing = await client.next()
         assert isinstance(closing, ws.CloseConnection) and closing.code == 1012

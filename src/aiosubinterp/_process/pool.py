@@ -657,13 +657,11 @@ def _serve(pool_ref: weakref.ref[Any], proc: _Proc) -> None:
         del pool
     proc.read_all.set()  # no more: the process is gone, or main is exiting (drain_logs)
     pool = pool_ref()
-    if pool is not None and pool._exit_drained:
-        return  # main is exiting: no replacement; the worker ends with main's process
-    if pool is not None:
-        pool._on_exit(proc)
-    else:
+    if pool is None:
         proc.popen.wait()
         proc.close_fds()
+    elif not pool._exit_drained:  # else main is exiting: the worker ends with its process
+        pool._on_exit(proc)
 
 
 def _with_exception(info: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -77,10 +77,10 @@ class ServerState:
         self.limit_concurrency: int | None = cfg["limit_concurrency"]
         self.limit_max_requests: int | None = cfg["limit_max_requests"]
         self.access_log: bool = cfg["access_log"]
-        self.ws_max_size: int = cfg.get("ws_max_size", 16 * 1024 * 1024)
-        self.ws_ping_interval: float | None = cfg.get("ws_ping_interval", 20.0)
-        self.ws_ping_timeout: float | None = cfg.get("ws_ping_timeout", 20.0)
-        allowed = cfg.get("forwarded_allow_ips")
+        self.ws_max_size: int = cfg["ws_max_size"]
+        self.ws_ping_interval: float | None = cfg["ws_ping_interval"]
+        self.ws_ping_timeout: float | None = cfg["ws_ping_timeout"]
+        allowed = cfg["forwarded_allow_ips"]
         self.proxies = TrustedProxies(allowed) if allowed is not None else None
         self.lifespan_state = lifespan_state
         self.server_addr = server_addr
@@ -121,6 +121,21 @@ class ServerState:
     def task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self._check_idle()
+
+    def spawn(self, run: Any) -> None:
+        """Run one request's (or WebSocket's) coroutine as a task the stop waits for."""
+        task = asyncio.get_running_loop().create_task(run)
+        self.tasks.add(task)
+        task.add_done_callback(self.task_done)
+
+    def app_exited(self, exc: SystemExit) -> None:
+        """The application raised SystemExit: this interpreter stops and main replaces it."""
+        _log.error(
+            "The application raised SystemExit(%s): this interpreter stops serving and is replaced",
+            exc.code,
+        )
+        self.exit_code = exc.code if exc.code is not None else 0
+        self.limit_reached.set()
 
     def response_done(self) -> None:
         self.requests += 1
@@ -306,9 +321,7 @@ class Connection(asyncio.Protocol):
             self._start_websocket(scope)
             return
         self.cycle = cycle = Cycle(self, scope)
-        task = self.loop.create_task(cycle.run(app))
-        state.tasks.add(task)
-        task.add_done_callback(state.task_done)
+        state.spawn(cycle.run(app))
 
     def _start_websocket(self, http_scope: dict[str, Any]) -> None:
         """A WebSocket handshake: from now on the connection's bytes are the WebSocket's."""
@@ -317,10 +330,7 @@ class Connection(asyncio.Protocol):
         self.websocket = ws = wsmod.WebSocketCycle(
             self, wsmod.websocket_scope(http_scope), self.h11.trailing_data[0]
         )
-        state = self.state
-        task = self.loop.create_task(ws.run(state.app))
-        state.tasks.add(task)
-        task.add_done_callback(state.task_done)
+        self.state.spawn(ws.run(self.state.app))
 
     def websocket_done(self) -> None:
         """The application's WebSocket coroutine returned (its close frame is sent)."""
@@ -432,14 +442,8 @@ class Cycle:
         except SystemExit as exc:
             # The application asked its interpreter to exit: answer this
             # request, then the interpreter stops and main replaces it.
-            _log.error(
-                "The application raised SystemExit(%s): this interpreter stops "
-                "serving and is replaced",
-                exc.code,
-            )
             self._fail()
-            conn.state.exit_code = exc.code if exc.code is not None else 0
-            conn.state.limit_reached.set()
+            conn.state.app_exited(exc)
         except Exception:  # noqa: BLE001 - the application's error: logged, answered with 500
             _log.exception("Exception in ASGI application")
             self._fail()
@@ -452,12 +456,7 @@ class Cycle:
                 conn.transport.close()
         finally:
             if self.started and self.conn.state.access_log:
-                peer = self.scope["client"]  # the forwarded client behind a trusted proxy
-                client = "{}:{}".format(*peer) if peer else "-"
-                query = self.scope["query_string"]
-                target = self.scope["raw_path"].decode("ascii", "replace") + (
-                    "?" + query.decode("ascii", "replace") if query else ""
-                )
+                client, target = access_names(self.scope)
                 _access.info(
                     '%s - "%s %s HTTP/%s" %d',
                     client,
@@ -566,6 +565,16 @@ class Cycle:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} in an HTTP response")
         if not conn.writable.is_set():
             await conn.writable.wait()
+
+
+def access_names(scope: dict[str, Any]) -> tuple[str, str]:
+    """(client, target) of a request for the access log: the forwarded client behind a proxy."""
+    peer = scope["client"]
+    query = scope["query_string"]
+    target = scope["raw_path"].decode("ascii", "replace") + (
+        "?" + query.decode("ascii", "replace") if query else ""
+    )
+    return ("{}:{}".format(*peer) if peer else "-"), target
 
 
 def _asks_websocket(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -18,6 +18,8 @@ from wsproto.connection import Connection as FrameConnection
 from wsproto.connection import ConnectionState, ConnectionType
 from wsproto.utilities import generate_accept_token
 
+from aiosubinterp._serve.http import access_names
+
 _log = logging.getLogger("aiosubinterp.serve")
 _access = logging.getLogger("aiosubinterp.serve.access")
 
@@ -295,14 +297,8 @@ class WebSocketCycle:
         try:
             await app(self.scope, self.receive, self.send)
         except SystemExit as exc:
-            _log.error(
-                "The application raised SystemExit(%s): this interpreter stops "
-                "serving and is replaced",
-                exc.code,
-            )
             self._end(_INTERNAL_ERROR)
-            conn.state.exit_code = exc.code if exc.code is not None else 0
-            conn.state.limit_reached.set()
+            conn.state.app_exited(exc)
         except Exception:  # noqa: BLE001 - the application's error: logged, the client told
             _log.exception("Exception in ASGI application")
             self._end(_INTERNAL_ERROR)
@@ -312,12 +308,7 @@ class WebSocketCycle:
             self._end(_NORMAL)
         finally:
             if conn.state.access_log and self.status:
-                peer = self.scope["client"]
-                client = "{}:{}".format(*peer) if peer else "-"
-                query = self.scope["query_string"]
-                target = self.scope["raw_path"].decode("ascii", "replace") + (
-                    "?" + query.decode("ascii", "replace") if query else ""
-                )
+                client, target = access_names(self.scope)
                 _access.info('%s - "WebSocket %s" %d', client, target, self.status)
             conn.websocket_done()
 
